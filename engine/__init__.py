@@ -1,0 +1,22 @@
+"""A small vLLM-style inference engine: continuous batching over a paged KV cache."""
+
+from engine.config import EngineConfig
+from engine.llm_engine import LLMEngine
+from engine.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
+from engine.sampling_params import SamplingParams
+from engine.sequence import SequenceStatus, StopReason
+from engine.telemetry import EngineSnapshot, StepRecord
+
+__all__ = [
+    "CompletionOutput",
+    "EngineConfig",
+    "EngineSnapshot",
+    "LLMEngine",
+    "Logprob",
+    "RequestMetrics",
+    "RequestOutput",
+    "SamplingParams",
+    "SequenceStatus",
+    "StepRecord",
+    "StopReason",
+]

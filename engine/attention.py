@@ -1,0 +1,119 @@
+"""Paged attention, plugged into unmodified transformers models.
+
+`register()` adds the attention implementation "paged" to transformers' AttentionInterface
+(and a mask function to AttentionMaskInterface). Inside an engine step the model runner sets
+an AttentionContext; every attention layer then writes this step's K/V into the paged pool
+through `slot_mapping` and attends each sequence over its own blocks. Outside a step (no
+context) both functions defer to transformers' stock SDPA, so the same model object still
+works with `generate` and with the per-sequence `hf_cache` runner.
+
+Packed layout of one step: `[1, T]` tokens, the decodes first (one token each), then one
+chunk per prefilling sequence.
+"""
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+ATTN_IMPLEMENTATION = "paged"
+
+
+@dataclass(slots=True)
+class PrefillChunk:
+    start: int  # first packed token of the chunk
+    end: int
+    context_slots: torch.Tensor | None  # (num_computed + chunk,) pool rows; None: no past
+    mask: torch.Tensor | None  # (chunk, num_computed + chunk) bool, causal with an offset
+
+
+@dataclass(slots=True)
+class AttentionContext:
+    kv_caches: list[tuple[torch.Tensor, torch.Tensor]]  # per layer: K, V (num_slots, Hkv, D)
+    slot_mapping: torch.Tensor  # (T,) pool row of each packed token
+    num_decodes: int  # the first num_decodes packed tokens are decodes, one per sequence
+    decode_slots: torch.Tensor | None  # (B, S) pool rows of each decode's context, 0-padded
+    decode_mask: torch.Tensor | None  # (B, 1, 1, S) bool, True = attend
+    prefills: list[PrefillChunk]
+
+
+_context: AttentionContext | None = None
+
+
+@contextmanager
+def attention_context(ctx: AttentionContext):
+    global _context
+    _context = ctx
+    try:
+        yield ctx
+    finally:
+        _context = None
+
+
+def paged_attention_forward(module, query, key, value, attention_mask, scaling=None, **kwargs):
+    ctx = _context
+    if ctx is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+    k_cache, v_cache = ctx.kv_caches[module.layer_idx]
+    q = query[0].transpose(0, 1)  # (T, H, D)
+    k = key[0].transpose(0, 1)  # (T, Hkv, D)
+    v = value[0].transpose(0, 1)
+    assert q.shape[0] == ctx.slot_mapping.shape[0], (q.shape, ctx.slot_mapping.shape)
+    k_cache.index_copy_(0, ctx.slot_mapping, k.to(k_cache.dtype))
+    v_cache.index_copy_(0, ctx.slot_mapping, v.to(v_cache.dtype))
+    num_heads, num_kv_heads, head_dim = q.shape[1], k.shape[1], q.shape[2]
+    group = num_heads // num_kv_heads
+    out = torch.empty_like(q)  # (T, H, D)
+
+    b = ctx.num_decodes
+    if b:
+        # Query heads of one KV head stand in for the query length: one SDPA, no repeat_kv.
+        qd = q[:b].reshape(b, num_kv_heads, group, head_dim)  # (B, Hkv, G, D)
+        kd = k_cache[ctx.decode_slots].transpose(1, 2)  # (B, Hkv, S, D)
+        vd = v_cache[ctx.decode_slots].transpose(1, 2)
+        od = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=ctx.decode_mask, scale=scaling)
+        out[:b] = od.reshape(b, num_heads, head_dim)
+
+    for p in ctx.prefills:
+        qp = q[p.start : p.end].transpose(0, 1).unsqueeze(0)  # (1, H, t, D)
+        if p.context_slots is None:
+            kp, vp = k[p.start : p.end], v[p.start : p.end]  # (t, Hkv, D)
+        else:
+            kp, vp = k_cache[p.context_slots], v_cache[p.context_slots]  # (L, Hkv, D)
+        kp = kp.transpose(0, 1).unsqueeze(0)  # (1, Hkv, L, D)
+        vp = vp.transpose(0, 1).unsqueeze(0)
+        op = F.scaled_dot_product_attention(
+            qp, kp, vp, attn_mask=p.mask, is_causal=p.mask is None, scale=scaling, enable_gqa=True
+        )  # (1, H, t, D)
+        out[p.start : p.end] = op[0].transpose(0, 1)
+    return out.unsqueeze(0), None  # (1, T, H, D)
+
+
+def paged_mask(*args, **kwargs):
+    """No mask inside a step (the context carries the layout); stock SDPA masks outside."""
+    return None if _context is not None else sdpa_mask(*args, **kwargs)
+
+
+def register() -> None:
+    AttentionInterface.register(ATTN_IMPLEMENTATION, paged_attention_forward)
+    AttentionMaskInterface.register(ATTN_IMPLEMENTATION, paged_mask)
+
+
+def unsupported_reason(config) -> str | None:
+    """Why the paged runner cannot serve this model exactly, or None if it can."""
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if getattr(text_config, "sliding_window", None) and getattr(
+        text_config, "use_sliding_window", True
+    ):
+        return "sliding-window attention"
+    if "sliding_attention" in (getattr(text_config, "layer_types", None) or ()):
+        return "sliding-window attention"
+    if getattr(text_config, "attn_logit_softcapping", None):
+        return "attention logit soft-capping"
+    if getattr(text_config, "is_encoder_decoder", False):
+        return "encoder-decoder"
+    return None

@@ -1,0 +1,52 @@
+"""EngineConfig: the knobs of the scheduler, the KV cache and the model runner."""
+
+from dataclasses import dataclass, fields
+
+SCHEDULING_POLICIES = ("continuous", "static")
+KV_BACKENDS = ("paged", "hf_cache")
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    max_num_seqs: int = 32  # sequences in one step's batch
+    max_num_batched_tokens: int = 512  # token budget of one step (prefill chunks + decodes)
+    block_size: int = 16  # tokens per KV block
+    num_kv_blocks: int | None = None  # None = sized from free memory when the runner starts
+    max_model_len: int | None = None  # None = the model's context window
+    scheduling_policy: str = "continuous"  # "static": admit a new batch only when none runs
+    kv_backend: str = "paged"  # "hf_cache": one transformers DynamicCache per sequence
+    enable_chunked_prefill: bool = True  # a long prompt may span several steps
+    enable_prefix_caching: bool = True  # reuse full KV blocks of identical prefixes
+    max_waiting: int = 1024  # add_request refuses past this many waiting requests
+
+    def __post_init__(self):
+        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_waiting"):
+            _check_int(name, getattr(self, name), low=1)
+        if self.max_num_batched_tokens < self.max_num_seqs:  # else some decodes would starve
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= "
+                f"max_num_seqs ({self.max_num_seqs})"
+            )
+        if self.num_kv_blocks is not None:
+            _check_int("num_kv_blocks", self.num_kv_blocks, low=1)
+        if self.max_model_len is not None:
+            _check_int("max_model_len", self.max_model_len, low=2)
+        if self.scheduling_policy not in SCHEDULING_POLICIES:
+            raise ValueError(
+                f"scheduling_policy must be one of {SCHEDULING_POLICIES}, "
+                f"got {self.scheduling_policy!r}"
+            )
+        if self.kv_backend not in KV_BACKENDS:
+            raise ValueError(f"kv_backend must be one of {KV_BACKENDS}, got {self.kv_backend!r}")
+        for name in ("enable_chunked_prefill", "enable_prefix_caching"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+
+    @classmethod
+    def field_names(cls) -> set[str]:
+        return {f.name for f in fields(cls)}
+
+
+def _check_int(name: str, value, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")

@@ -1,0 +1,432 @@
+"""LLMEngine: requests in, one scheduler iteration and one forward per step(), outputs out."""
+
+import dataclasses
+import itertools
+import logging
+import time
+import warnings
+from collections import deque
+
+import torch
+
+from engine.attention import ATTN_IMPLEMENTATION, register, unsupported_reason
+from engine.block_manager import BlockManager
+from engine.config import EngineConfig
+from engine.detokenizer import IncrementalDetokenizer
+from engine.hf_cache_runner import HFCacheRunner
+from engine.model_runner import ModelRunner, auto_num_kv_blocks
+from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from engine.request_input import tokenize_prompt
+from engine.sampler import Sampler
+from engine.sampling_params import SamplingParams
+from engine.scheduler import Scheduler, SchedulerOutputs
+from engine.sequence import Sequence, SequenceGroup, StepClock, StopReason
+from engine.telemetry import EngineSnapshot, StepEvent, StepRecord, Telemetry
+from engine.inspection import request_detail, request_state
+
+logger = logging.getLogger(__name__)
+
+MAX_FINISHED_KEPT = 256  # finished requests the snapshot still shows
+DEFAULT_MAX_MODEL_LEN = 2048  # when the model config names no context window
+
+
+class LLMEngine:
+    def __init__(self, model, tokenizer, config: EngineConfig | None = None, seed: int | None = None):
+        config = config or EngineConfig()
+        self.model, self.tokenizer = model, tokenizer
+        text_config = model.config.get_text_config()
+        model_len = getattr(text_config, "max_position_embeddings", None) or DEFAULT_MAX_MODEL_LEN
+        max_model_len = min(config.max_model_len or model_len, model_len)
+        backend = config.kv_backend
+        if backend == "paged" and (reason := unsupported_reason(model.config)):
+            warnings.warn(
+                f"paged attention cannot serve this model ({reason}); using kv_backend='hf_cache'",
+                stacklevel=2,
+            )
+            backend = "hf_cache"
+        if backend == "paged":
+            register()
+            model.set_attn_implementation(ATTN_IMPLEMENTATION)
+            num_blocks = config.num_kv_blocks or auto_num_kv_blocks(model, config.block_size)
+            self.runner = ModelRunner(model, config.block_size, num_blocks)
+        else:  # the block manager only counts: each sequence's DynamicCache holds the K/V
+            num_blocks = config.num_kv_blocks or config.max_num_seqs * -(
+                -max_model_len // config.block_size
+            )
+            self.runner = HFCacheRunner(model)
+        max_model_len = min(max_model_len, num_blocks * config.block_size)
+        self.config = dataclasses.replace(
+            config,
+            kv_backend=backend,
+            num_kv_blocks=num_blocks,
+            max_model_len=max_model_len,
+            enable_prefix_caching=config.enable_prefix_caching and backend == "paged",
+        )  # resolved: what the engine really runs with
+        self.block_manager = BlockManager(
+            num_blocks, config.block_size, self.config.enable_prefix_caching
+        )
+        self.scheduler = Scheduler(self.config, self.block_manager)
+        self.sampler = Sampler(tokenizer, seed)
+        self.eos_token_ids = _eos_token_ids(model, tokenizer)
+        self.clock = StepClock()
+        self.telemetry = Telemetry()
+        self.groups: dict[str, SequenceGroup] = {}  # live requests
+        self.finished: deque[SequenceGroup] = deque(maxlen=MAX_FINISHED_KEPT)
+        self._group_of: dict[int, SequenceGroup] = {}  # seq_id -> its request
+        self._seq_ids = itertools.count()
+        self._request_ids = itertools.count()
+        self._pending_outputs: list[RequestOutput] = []  # aborted between steps
+        self._pending_events: list[StepEvent] = []
+
+    @classmethod
+    def from_pretrained(cls, model: str = "default", device: str = "auto", dtype=None, **overrides):
+        """Load a model ("default", a local directory or a hub id) and build an engine.
+
+        `overrides` are EngineConfig fields, e.g. max_num_seqs=8, kv_backend="hf_cache".
+        """
+        unknown = set(overrides) - EngineConfig.field_names()
+        if unknown:
+            raise ValueError(f"unknown EngineConfig field(s): {', '.join(sorted(unknown))}")
+        config = EngineConfig(**overrides)  # validate before the slow load
+        from engine.loader import load_model
+
+        loaded, tokenizer = load_model(model, device=device, dtype=dtype)
+        return cls(loaded, tokenizer, config)
+
+    # -- requests ---------------------------------------------------------------------------
+    def add_request(
+        self,
+        request_id: str,
+        prompt: str | list[int] | list[dict],
+        params: SamplingParams | None = None,
+        arrival_time: float | None = None,
+        priority: int = 0,
+    ) -> None:
+        """Queue a request; ValueError (naming the field) on bad input, and nothing queued."""
+        if not isinstance(request_id, str) or not request_id:
+            raise ValueError(f"request_id must be a non-empty str, got {request_id!r}")
+        if request_id in self.groups:
+            raise ValueError(f"request_id {request_id!r} is already in flight")
+        params = SamplingParams() if params is None else params
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise ValueError(f"priority must be an int, got {priority!r}")
+        if len(self.scheduler.waiting) >= self.config.max_waiting:
+            raise ValueError(
+                f"the waiting queue is full (max_waiting={self.config.max_waiting}); retry later"
+            )
+        prompt_text, token_ids = tokenize_prompt(self.tokenizer, prompt)
+        self._check_fits(token_ids, params)
+        arrival = time.monotonic() if arrival_time is None else arrival_time
+        group = SequenceGroup(request_id, prompt_text, token_ids, params, arrival, priority)
+        seq = self._new_sequence(group, 0)
+        group.seqs.append(seq)
+        self.groups[request_id] = group
+        self._group_of[seq.seq_id] = group
+        self.scheduler.add(seq, priority)
+
+    def abort_request(self, request_id: str) -> bool:
+        """Finish a live request with CANCELLED (its output comes with the next step())."""
+        group = self.groups.get(request_id)
+        if group is None:
+            return False
+        self._finish_group(group, StopReason.CANCELLED)
+        self._pending_events.append(StepEvent("aborted", request_id))
+        self._pending_outputs.append(self._finalize(group))
+        return True
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.groups) or bool(self._pending_outputs)
+
+    def generate(
+        self,
+        prompts: list[str | list[int] | list[dict]],
+        params: SamplingParams | list[SamplingParams] | None = None,
+    ) -> list[RequestOutput]:
+        """Run the prompts to completion (other queued requests run along); input order."""
+        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int | dict)):
+            prompts = [prompts]
+        params_list = params if isinstance(params, list) else [params] * len(prompts)
+        if len(params_list) != len(prompts):
+            raise ValueError(f"params has {len(params_list)} entries for {len(prompts)} prompts")
+        ids = []
+        for prompt, p in zip(prompts, params_list, strict=True):
+            ids.append(f"generate-{next(self._request_ids)}")
+            self.add_request(ids[-1], prompt, p)
+        results: dict[str, RequestOutput] = {}
+        while len(results) < len(ids):
+            for out in self.step():
+                if out.finished and out.request_id in ids:
+                    results[out.request_id] = out
+        return [results[i] for i in ids]
+
+    # -- the step ---------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        """One scheduler iteration and one forward over every scheduled token.
+
+        Returns a RequestOutput for every request that got a token or finished (including
+        requests aborted or timed out since the previous step).
+        """
+        start = time.monotonic()
+        self.clock.step += 1
+        outputs, self._pending_outputs = self._pending_outputs, []
+        events, self._pending_events = self._pending_events, []
+        outputs += self._expire_timeouts(start, events)
+        sched = self.scheduler.schedule()
+        self._note_scheduling(sched, events)
+        forward_duration, num_generated = 0.0, 0
+        if not sched.is_empty:
+            forward_start = time.monotonic()
+            try:
+                logits, sampled = self.runner.execute(sched.scheduled, sched.blocks_to_copy)
+            except Exception:  # the engine lives on; this batch's requests end with ERROR
+                logger.exception("forward failed at step %d", self.clock.step)
+                outputs += self._fail_batch(sched, events)
+            else:
+                forward_duration = time.monotonic() - forward_start
+                num_generated, touched = self._process_forward(sched, logits, sampled, events)
+                outputs += [self._make_output(g) for g in touched]
+        self._record(sched, events, start, forward_duration, num_generated)
+        return outputs
+
+    def _process_forward(self, sched: SchedulerOutputs, logits, sampled, events):
+        for s in sched.scheduled:
+            seq = s.seq
+            was_prefill = seq.is_prefill
+            seq.num_computed_tokens += s.num_new_tokens
+            self.block_manager.cache_full_blocks(seq)
+            if was_prefill:
+                group = self._group_of[seq.seq_id]
+                done = "prefill_done" if s.samples else "prefill_chunk"
+                detail = f"{seq.num_computed_tokens}/{seq.num_tokens} tokens"
+                events.append(StepEvent(done, group.request_id, detail))
+        rows, seqs = [], []
+        for row, s in enumerate(sampled):
+            group = self._group_of[s.seq.seq_id]
+            rows.append(row)
+            seqs.append(s.seq)
+            if group.needs_fork and s.seq.num_output_tokens == 0:
+                for index in range(len(group.seqs), group.params.n):
+                    rows.append(row)
+                    seqs.append(self._fork(group, s.seq, index))
+        if not seqs:
+            return 0, []
+        if len(rows) != logits.shape[0]:
+            logits = logits[torch.tensor(rows, device=logits.device)]
+        touched: dict[str, SequenceGroup] = {}
+        now = time.monotonic()
+        for seq, (token_id, logprobs) in zip(seqs, self.sampler(logits, seqs), strict=True):
+            group = self._group_of[seq.seq_id]
+            touched[group.request_id] = group
+            if group.first_token_time is None:
+                group.first_token_time = now
+            if seq.append_token(token_id, logprobs) is not None:
+                self._release(seq)
+        for group in touched.values():
+            if group.is_finished:
+                for seq in group.seqs:
+                    events.append(StepEvent("finished", group.request_id, seq.stop_reason.value))
+        return len(seqs), list(touched.values())
+
+    def _note_scheduling(self, sched: SchedulerOutputs, events: list[StepEvent]) -> None:
+        now = time.monotonic()
+        for seq in sched.preempted:
+            self.runner.free(seq)
+            events.append(StepEvent("preempted", self._group_of[seq.seq_id].request_id))
+        for seq in sched.admitted:
+            group = self._group_of[seq.seq_id]
+            if group.first_scheduled_time is None:
+                group.first_scheduled_time = now
+                group.num_cached_tokens = seq.num_cached_tokens
+            detail = f"{seq.num_tokens} tokens, {seq.num_cached_tokens} cached"
+            events.append(StepEvent("admitted", group.request_id, detail))
+
+    def _fail_batch(self, sched: SchedulerOutputs, events: list[StepEvent]) -> list[RequestOutput]:
+        outputs = []
+        groups = {id(g): g for g in (self._group_of[s.seq.seq_id] for s in sched.scheduled)}
+        for group in groups.values():
+            self._finish_group(group, StopReason.ERROR)
+            events.append(StepEvent("finished", group.request_id, StopReason.ERROR.value))
+            outputs.append(self._make_output(group))
+        return outputs
+
+    def _expire_timeouts(self, now: float, events: list[StepEvent]) -> list[RequestOutput]:
+        expired = [
+            g for g in self.groups.values()
+            if g.params.timeout_s is not None and now - g.arrival_time >= g.params.timeout_s
+        ]  # fmt: skip
+        for group in expired:
+            self._finish_group(group, StopReason.TIMEOUT)
+            events.append(StepEvent("finished", group.request_id, StopReason.TIMEOUT.value))
+        return [self._make_output(g) for g in expired]
+
+    # -- sequences ----------------------------------------------------------------------------
+    def _new_sequence(self, group: SequenceGroup, index: int) -> Sequence:
+        params = group.params
+        generator = None
+        if params.seed is not None:
+            generator = torch.Generator().manual_seed(hash((params.seed, index)) & (2**63 - 1))
+        detok = IncrementalDetokenizer(self.tokenizer, params.stop, params.include_stop_str_in_output)
+        return Sequence(
+            next(self._seq_ids), index, group.prompt_token_ids, params, detok,
+            self.eos_token_ids, self.config.max_model_len, generator, self.clock,
+        )  # fmt: skip
+
+    def _fork(self, group: SequenceGroup, parent: Sequence, index: int) -> Sequence:
+        child = self._new_sequence(group, index)
+        forked = parent.fork(child.seq_id, index, child.detokenizer, child.generator)
+        self.block_manager.fork(parent, forked)
+        self.runner.fork(parent, forked)
+        group.seqs.append(forked)
+        self._group_of[forked.seq_id] = group
+        self.scheduler.add_running(forked, group.priority)
+        return forked
+
+    def _release(self, seq: Sequence) -> None:
+        """A sequence just finished: give back its blocks / cache."""
+        self.scheduler.finish(seq)
+        self.runner.free(seq)
+
+    def _finish_group(self, group: SequenceGroup, reason: StopReason) -> None:
+        for seq in group.get_unfinished_seqs():
+            seq.finish(reason)
+            self._release(seq)
+
+    def _make_output(self, group: SequenceGroup) -> RequestOutput:
+        if group.is_finished:
+            return self._finalize(group)
+        return self._output_of(group)
+
+    def _finalize(self, group: SequenceGroup) -> RequestOutput:
+        group.finished_time = time.monotonic()
+        output = self._output_of(group)
+        del self.groups[group.request_id]
+        for seq in group.seqs:
+            del self._group_of[seq.seq_id]
+        self.finished.append(group)
+        self.telemetry.record_finished(output.metrics, [s.stop_reason.value for s in group.seqs])
+        return output
+
+    def _output_of(self, group: SequenceGroup) -> RequestOutput:
+        completions = []
+        for seq in group.seqs:
+            delta = seq.detokenizer.take_delta(seq.is_finished)
+            completions.append(
+                CompletionOutput(
+                    index=seq.index,
+                    text=seq.detokenizer.sent_text,
+                    token_ids=list(seq.output_token_ids),
+                    delta=delta,
+                    stop_reason=seq.stop_reason,
+                    logprobs=None if seq.logprobs is None else list(seq.logprobs),
+                )
+            )
+        return RequestOutput(
+            request_id=group.request_id,
+            prompt=group.prompt,
+            prompt_token_ids=group.prompt_token_ids,
+            outputs=completions,
+            finished=group.is_finished,
+            metrics=self._metrics(group),
+        )
+
+    def _metrics(self, group: SequenceGroup) -> RequestMetrics:
+        return RequestMetrics(
+            arrival=group.arrival_time,
+            first_scheduled=group.first_scheduled_time,
+            first_token=group.first_token_time,
+            finished=group.finished_time,
+            num_prompt_tokens=len(group.prompt_token_ids),
+            num_cached_tokens=group.num_cached_tokens,
+            num_generated_tokens=sum(s.num_output_tokens for s in group.seqs),
+            num_preemptions=sum(s.num_preemptions for s in group.seqs),
+        )
+
+    def _check_fits(self, token_ids: list[int], params: SamplingParams) -> None:
+        c = self.config
+        if len(token_ids) >= c.max_model_len:
+            raise ValueError(
+                f"prompt has {len(token_ids)} tokens; max_model_len is {c.max_model_len} "
+                "and at least one token must be left to generate"
+            )
+        if not c.enable_chunked_prefill and len(token_ids) > c.max_num_batched_tokens:
+            raise ValueError(
+                f"prompt has {len(token_ids)} tokens, more than max_num_batched_tokens "
+                f"({c.max_num_batched_tokens}) with chunked prefill off"
+            )
+        needed = self.block_manager.num_blocks_for(
+            min(len(token_ids) + params.max_tokens, c.max_model_len)
+        )
+        if needed > c.num_kv_blocks:
+            raise ValueError(
+                f"prompt + max_tokens need {needed} KV blocks but the pool has {c.num_kv_blocks}; "
+                "lower max_tokens or raise num_kv_blocks"
+            )
+
+    # -- telemetry ----------------------------------------------------------------------------
+    def _record(self, sched, events, start: float, forward_duration: float, num_generated: int):
+        if sched.is_empty and not events:
+            return
+        bm = self.block_manager
+        record = StepRecord(
+            step=self.clock.step,
+            start=start,
+            duration=time.monotonic() - start,
+            forward_duration=forward_duration,
+            num_prefill_tokens=sched.num_prefill_tokens,
+            num_decode_tokens=sched.num_decode_tokens,
+            num_seqs=len(sched.scheduled),
+            token_budget=self.config.max_num_batched_tokens,
+            num_waiting=len(self.scheduler.waiting),
+            num_running=len(self.scheduler.running),
+            kv_blocks_used=bm.num_used_blocks,
+            kv_blocks_cached=bm.num_cached_blocks,
+            kv_blocks_free=len(bm.free_block_ids),
+            events=tuple(events),
+        )
+        self.telemetry.record_step(record, num_generated)
+
+    def snapshot(self) -> EngineSnapshot:
+        """An immutable picture of queues, requests, KV blocks and recent steps."""
+        live = list(self.groups.values())
+        states = [request_state(g) for g in live] + [request_state(g) for g in self.finished]
+        num_running = sum(s.status == "running" for s in states[: len(live)])
+        c, bm, tel = self.config, self.block_manager, self.telemetry
+        return EngineSnapshot(
+            step=self.clock.step,
+            num_waiting=len(live) - num_running,
+            num_running=num_running,
+            num_finished=tel.num_requests_finished,
+            kv_blocks_total=bm.num_blocks,
+            kv_blocks_used=bm.num_used_blocks,
+            kv_blocks_cached=bm.num_cached_blocks,
+            block_size=bm.block_size,
+            kv_backend=c.kv_backend,
+            scheduling_policy=c.scheduling_policy,
+            max_num_seqs=c.max_num_seqs,
+            max_num_batched_tokens=c.max_num_batched_tokens,
+            requests=tuple(states),
+            steps=tuple(tel.steps),
+            totals=tel.totals(),
+            ttfts=tuple(tel.ttfts),
+            tpots=tuple(tel.tpots),
+        )
+
+    def inspect(self, request_id: str):
+        """The request the way the engine holds it (RequestDetail), or None if unknown."""
+        group = self.groups.get(request_id) or next(
+            (g for g in self.finished if g.request_id == request_id), None
+        )
+        return None if group is None else request_detail(group, self.tokenizer)
+
+
+def _eos_token_ids(model, tokenizer) -> frozenset[int]:
+    ids = set()
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for value in (gen_eos, tokenizer.eos_token_id):
+        if isinstance(value, int):
+            ids.add(value)
+        elif value:
+            ids.update(value)
+    return frozenset(ids)

@@ -1,0 +1,143 @@
+"""ModelRunner: packs one step's scheduled tokens and runs ONE forward over the paged KV pool.
+
+Two runners share one interface, `execute(scheduled, blocks_to_copy) -> (logits, sampled)`:
+`ModelRunner` (kv_backend="paged") and `HFCacheRunner` (kv_backend="hf_cache", in
+hf_cache_runner.py), the simple per-sequence baseline kept for comparison.
+"""
+
+import os
+
+import torch
+
+from engine.attention import AttentionContext, PrefillChunk, attention_context
+from engine.scheduler import ScheduledSequence
+from engine.sequence import Sequence
+
+CPU_KV_CAP_BYTES = 2 * 2**30  # never take more than this for the pool on a CPU
+KV_MEMORY_FRACTION = 0.3  # of the free memory, when num_kv_blocks is None
+
+
+def kv_geometry(model_config) -> tuple[int, int, int]:
+    """(num_layers, num_kv_heads, head_dim) of a decoder config."""
+    c = model_config.get_text_config()
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    num_kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+    return c.num_hidden_layers, num_kv_heads, head_dim
+
+
+def auto_num_kv_blocks(model, block_size: int) -> int:
+    """Size the pool from free memory (capped on CPU); at least enough for a few requests."""
+    num_layers, num_kv_heads, head_dim = kv_geometry(model.config)
+    param = next(model.parameters())
+    bytes_per_block = 2 * num_layers * block_size * num_kv_heads * head_dim * param.element_size()
+    if param.device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(param.device)
+        budget = free * 0.5
+    else:
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        budget = min(available * KV_MEMORY_FRACTION, CPU_KV_CAP_BYTES)
+    return max(16, int(budget // bytes_per_block))
+
+
+class ModelRunner:
+    def __init__(self, model, block_size: int, num_blocks: int):
+        self.model = model
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        param = next(model.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        num_layers, num_kv_heads, head_dim = kv_geometry(model.config)
+        shape = (num_blocks * block_size, num_kv_heads, head_dim)  # one row per token slot
+        self.kv_caches = [
+            (torch.zeros(shape, dtype=self.dtype, device=self.device),
+             torch.zeros(shape, dtype=self.dtype, device=self.device))
+            for _ in range(num_layers)
+        ]  # fmt: skip
+        self.block_offsets = torch.arange(block_size, device=self.device)
+
+    def free(self, seq: Sequence) -> None:
+        pass  # the block manager owns the pool's bookkeeping
+
+    def fork(self, parent: Sequence, child: Sequence) -> None:
+        pass
+
+    @torch.inference_mode()
+    def execute(
+        self, scheduled: list[ScheduledSequence], blocks_to_copy: list[tuple[int, int]]
+    ) -> tuple[torch.Tensor, list[ScheduledSequence]]:
+        """One forward for every scheduled token. Returns the logits (num_sampled, vocab) of
+        the sequences whose last token was computed, in the order of `sampled`."""
+        self._copy_blocks(blocks_to_copy)
+        decodes = [s for s in scheduled if s.is_decode]
+        prefills = [s for s in scheduled if not s.is_decode]
+        packed = decodes + prefills
+        bs = self.block_size
+        input_ids, positions, slots, keep = [], [], [], []
+        for s in packed:
+            seq, start = s.seq, s.seq.num_computed_tokens
+            end = start + s.num_new_tokens
+            tokens = seq.all_token_ids[start:end] if s.num_new_tokens > 1 else [seq.last_token_id]
+            input_ids += tokens
+            positions += range(start, end)
+            table = seq.block_table
+            slots += [table[p // bs] * bs + p % bs for p in range(start, end)]
+            if s.samples:
+                keep.append(len(input_ids) - 1)
+        ctx = AttentionContext(
+            kv_caches=self.kv_caches,
+            slot_mapping=self._tensor(slots),
+            num_decodes=len(decodes),
+            decode_slots=None,
+            decode_mask=None,
+            prefills=[],
+        )
+        if decodes:
+            ctx.decode_slots, ctx.decode_mask = self._decode_layout(decodes)
+        offset = len(decodes)
+        for s in prefills:
+            ctx.prefills.append(self._prefill_chunk(s, offset))
+            offset += s.num_new_tokens
+        with attention_context(ctx):
+            out = self.model(
+                input_ids=self._tensor(input_ids).unsqueeze(0),  # (1, T)
+                position_ids=self._tensor(positions).unsqueeze(0),
+                use_cache=False,
+                logits_to_keep=self._tensor(keep),
+            )
+        return out.logits[0], [s for s in packed if s.samples]  # (num_sampled, vocab)
+
+    def _decode_layout(self, decodes: list[ScheduledSequence]):
+        bs = self.block_size
+        lens = [s.seq.num_tokens for s in decodes]  # context includes this step's token
+        max_blocks = -(-max(lens) // bs)
+        tables = [s.seq.block_table[:max_blocks] for s in decodes]
+        tables = self._tensor([t + [0] * (max_blocks - len(t)) for t in tables])  # (B, nb)
+        slots = (tables.unsqueeze(-1) * bs + self.block_offsets).flatten(1)  # (B, nb * bs)
+        mask = torch.arange(slots.shape[1], device=self.device) < self._tensor(lens).unsqueeze(1)
+        return slots, mask[:, None, None, :]  # (B, S), (B, 1, 1, S)
+
+    def _prefill_chunk(self, s: ScheduledSequence, start: int) -> PrefillChunk:
+        end = start + s.num_new_tokens
+        past = s.seq.num_computed_tokens
+        if past == 0:
+            return PrefillChunk(start, end, None, None)
+        total = past + s.num_new_tokens
+        bs = self.block_size
+        table = self._tensor(s.seq.block_table[: -(-total // bs)])
+        context = (table.unsqueeze(-1) * bs + self.block_offsets).flatten()[:total]
+        q_pos = torch.arange(past, total, device=self.device).unsqueeze(1)
+        mask = torch.arange(total, device=self.device).unsqueeze(0) <= q_pos  # (t, L)
+        return PrefillChunk(start, end, context, mask)
+
+    def _copy_blocks(self, blocks_to_copy: list[tuple[int, int]]) -> None:
+        if not blocks_to_copy:
+            return
+        bs = self.block_size
+        src = self._tensor([b * bs + i for b, _ in blocks_to_copy for i in range(bs)])
+        dst = self._tensor([b * bs + i for _, b in blocks_to_copy for i in range(bs)])
+        for k_cache, v_cache in self.kv_caches:
+            k_cache[dst] = k_cache[src]
+            v_cache[dst] = v_cache[src]
+
+    def _tensor(self, values) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.long, device=self.device)

@@ -1,0 +1,29 @@
+"""Turn what a caller sends (text, token ids or chat messages) into prompt token ids."""
+
+
+def tokenize_prompt(tokenizer, prompt) -> tuple[str | None, list[int]]:
+    """(prompt text, token ids); ValueError naming `prompt` when it is unusable."""
+    if isinstance(prompt, str):
+        if not prompt.strip():
+            raise ValueError("prompt must contain some non-whitespace text")
+        return prompt, tokenizer.encode(prompt)
+    if not isinstance(prompt, list) or not prompt:
+        raise ValueError(
+            f"prompt must be a non-empty str, list of token ids or list of chat messages, "
+            f"got {type(prompt).__name__}{' (empty)' if prompt == [] else ''}"
+        )
+    if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        vocab = len(tokenizer)
+        bad = next((t for t in prompt if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise ValueError(f"prompt token ids must be in [0, {vocab}), got {bad}")
+        return None, list(prompt)
+    if all(isinstance(m, dict) for m in prompt):
+        for i, m in enumerate(prompt):
+            if not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+                raise ValueError(f"prompt[{i}] must have str 'role' and 'content'")
+        if not any(m["content"].strip() for m in prompt):
+            raise ValueError("prompt messages must contain some non-whitespace text")
+        text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+        return text, tokenizer.encode(text, add_special_tokens=False)
+    raise ValueError("prompt list must hold only token ids (int) or only chat messages (dict)")

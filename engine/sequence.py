@@ -1,0 +1,213 @@
+"""Sequence and SequenceGroup: one request, its n completions, their lifecycle and stop rules."""
+
+import enum
+from dataclasses import dataclass
+
+import torch
+
+from engine.detokenizer import IncrementalDetokenizer
+from engine.sampling_params import SamplingParams
+
+
+class SequenceStatus(str, enum.Enum):
+    WAITING = "waiting"  # never ran, or preempted (its KV blocks were freed: recompute)
+    RUNNING = "running"  # admitted: holds KV blocks, gets tokens scheduled every step
+    FINISHED = "finished"  # stop_reason says why; holds nothing
+
+
+_TRANSITIONS = {
+    SequenceStatus.WAITING: {SequenceStatus.RUNNING, SequenceStatus.FINISHED},
+    SequenceStatus.RUNNING: {SequenceStatus.WAITING, SequenceStatus.FINISHED},
+    SequenceStatus.FINISHED: set(),
+}
+
+
+class StopReason(str, enum.Enum):
+    EOS = "eos"
+    MAX_TOKENS = "max_tokens"
+    STOP_WORD = "stop_word"  # a stop string or one of stop_token_ids
+    CANCELLED = "cancelled"
+    LENGTH = "length"  # the context window is full
+    TIMEOUT = "timeout"
+    ERROR = "error"  # the forward failed for this request; the engine lives on
+
+
+@dataclass(slots=True)
+class StepClock:
+    """The engine's step counter, shared with its sequences to date their status changes."""
+
+    step: int = 0
+
+
+class Sequence:
+    """One completion: prompt and output tokens, KV block table, progress and stop rules."""
+
+    def __init__(
+        self,
+        seq_id: int,
+        index: int,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        detokenizer: IncrementalDetokenizer,
+        eos_token_ids: frozenset[int],
+        max_model_len: int,
+        generator: torch.Generator | None = None,
+        clock: StepClock | None = None,
+    ):
+        self.seq_id = seq_id
+        self.index = index  # position among the request's n completions
+        self.prompt_token_ids = prompt_token_ids
+        self.output_token_ids: list[int] = []
+        self.params = params
+        self.detokenizer = detokenizer
+        self.eos_token_ids = eos_token_ids
+        self.max_model_len = max_model_len
+        self.generator = generator  # seeded sampling; None = the engine's shared generator
+        self.status = SequenceStatus.WAITING
+        self.stop_reason: StopReason | None = None
+        self.block_table: list[int] = []  # KV block ids, in token order
+        self.num_computed_tokens = 0  # tokens whose K/V sit in the cache
+        self.num_cached_tokens = 0  # of those, found in the prefix cache at admission
+        self.num_preemptions = 0
+        self.logprobs: list[dict] | None = [] if params.logprobs is not None else None
+        self.clock = clock or StepClock()
+        self.status_history: list[tuple[SequenceStatus, int]] = [(self.status, self.clock.step)]
+
+    # -- derived numbers -------------------------------------------------------------------
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.output_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        return self.prompt_token_ids + self.output_token_ids
+
+    @property
+    def last_token_id(self) -> int:
+        return self.output_token_ids[-1] if self.output_token_ids else self.prompt_token_ids[-1]
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        return self.num_tokens - self.num_computed_tokens
+
+    @property
+    def is_prefill(self) -> bool:
+        """More than the last token still needs its K/V (a prompt, or a recompute)."""
+        return self.num_uncomputed_tokens > 1
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status == SequenceStatus.FINISHED
+
+    @property
+    def text(self) -> str:
+        return self.detokenizer.text
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def set_status(self, status: SequenceStatus) -> None:
+        if status not in _TRANSITIONS[self.status]:
+            raise RuntimeError(
+                f"sequence {self.seq_id}: illegal transition {self.status.value} -> {status.value}"
+            )
+        self.status = status
+        self.status_history.append((status, self.clock.step))
+
+    def finish(self, reason: StopReason) -> None:
+        self.set_status(SequenceStatus.FINISHED)
+        self.stop_reason = reason
+
+    def preempt(self) -> None:
+        """Back to WAITING; the caller frees the blocks, so everything is recomputed."""
+        self.set_status(SequenceStatus.WAITING)
+        self.num_computed_tokens = 0
+        self.num_preemptions += 1
+
+    def append_token(self, token_id: int, logprobs: dict | None = None) -> StopReason | None:
+        """Add one sampled token and apply every stop rule; the one place a sequence stops."""
+        assert self.status == SequenceStatus.RUNNING, self.status
+        self.output_token_ids.append(token_id)
+        if self.logprobs is not None and logprobs is not None:
+            self.logprobs.append(logprobs)
+        stop_string = self.detokenizer.update(self.output_token_ids)
+        params = self.params
+        if not params.ignore_eos and token_id in self.eos_token_ids:
+            reason = StopReason.EOS
+        elif token_id in params.stop_token_ids or stop_string is not None:
+            reason = StopReason.STOP_WORD
+        elif self.num_output_tokens >= params.max_tokens:
+            reason = StopReason.MAX_TOKENS
+        elif self.num_tokens >= self.max_model_len:
+            reason = StopReason.LENGTH
+        else:
+            return None
+        self.finish(reason)
+        return reason
+
+    def fork(self, seq_id: int, index: int, detokenizer, generator) -> "Sequence":
+        """A sibling that shares everything computed so far (the caller shares the blocks)."""
+        child = Sequence(
+            seq_id, index, self.prompt_token_ids, self.params, detokenizer,
+            self.eos_token_ids, self.max_model_len, generator, self.clock,
+        )  # fmt: skip
+        child.output_token_ids = list(self.output_token_ids)
+        child.num_computed_tokens = self.num_computed_tokens
+        child.num_cached_tokens = self.num_cached_tokens
+        child.set_status(self.status)
+        return child
+
+
+class SequenceGroup:
+    """One request: its id, prompt, params and arrival, and the n sequences decoding it.
+
+    It starts with one sequence; the other n - 1 are forked from it once its prompt is
+    computed, so all n share the prompt's KV blocks.
+    """
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt: str | None,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        arrival_time: float,
+        priority: int = 0,
+    ):
+        self.request_id = request_id
+        self.prompt = prompt
+        self.prompt_token_ids = prompt_token_ids
+        self.params = params
+        self.arrival_time = arrival_time
+        self.priority = priority
+        self.seqs: list[Sequence] = []
+        self.first_scheduled_time: float | None = None
+        self.first_token_time: float | None = None
+        self.finished_time: float | None = None
+        self.num_cached_tokens = 0  # prompt tokens served by the prefix cache at first admission
+
+    @property
+    def is_finished(self) -> bool:
+        return all(s.is_finished for s in self.seqs)
+
+    @property
+    def needs_fork(self) -> bool:
+        return len(self.seqs) < self.params.n
+
+    def get_unfinished_seqs(self) -> list[Sequence]:
+        return [s for s in self.seqs if not s.is_finished]
+
+    @property
+    def status(self) -> SequenceStatus:
+        """RUNNING if any sequence runs, else WAITING if any waits, else FINISHED."""
+        statuses = {s.status for s in self.seqs}
+        for st in (SequenceStatus.RUNNING, SequenceStatus.WAITING):
+            if st in statuses:
+                return st
+        return SequenceStatus.FINISHED

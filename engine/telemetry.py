@@ -1,0 +1,189 @@
+"""StepRecord and EngineSnapshot: what the UI and the benchmarks read about the engine.
+
+Everything here is an immutable plain value, so a snapshot can cross threads freely.
+"""
+
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+MAX_STEP_RECORDS = 512  # the charts' history
+MAX_LATENCY_SAMPLES = 4096  # finished requests kept for TTFT / TPOT percentiles
+
+
+@dataclass(frozen=True, slots=True)
+class StepEvent:
+    kind: str  # "admitted" | "prefill_chunk" | "prefill_done" | "preempted" | "finished" | "aborted"
+    request_id: str
+    detail: str = ""  # e.g. "chunk 2/3 (128 tokens)", "eos", "12 cached tokens"
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    step: int
+    start: float  # time.monotonic()
+    duration: float  # seconds, schedule + forward + sampling
+    forward_duration: float  # seconds in the model forward
+    num_prefill_tokens: int
+    num_decode_tokens: int
+    num_seqs: int
+    token_budget: int
+    num_waiting: int
+    num_running: int
+    kv_blocks_used: int
+    kv_blocks_cached: int
+    kv_blocks_free: int
+    events: tuple[StepEvent, ...] = ()
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prefill_tokens + self.num_decode_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class RequestState:
+    request_id: str
+    status: str  # SequenceStatus value of the request (running > waiting > finished)
+    stop_reason: str | None  # StopReason value of the first completion
+    priority: int
+    num_prompt_tokens: int
+    num_output_tokens: int  # of the first completion
+    num_computed_tokens: int
+    num_cached_tokens: int
+    num_preemptions: int
+    n: int
+    text: str  # first completion's text so far
+    arrival: float
+    first_scheduled: float | None
+    first_token: float | None
+    finished: float | None
+    block_table: tuple[int, ...]  # first completion's KV blocks
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    num_requests_finished: int = 0
+    num_prompt_tokens: int = 0  # of every step so far (computed, not cached)
+    num_generated_tokens: int = 0
+    num_cached_tokens: int = 0  # prompt tokens served by the prefix cache
+    num_preemptions: int = 0
+    elapsed_busy: float = 0.0  # seconds spent inside steps that did work
+    tokens_per_s: float = 0.0  # generated tokens / elapsed_busy
+    ttft_p50: float | None = None
+    ttft_p95: float | None = None
+    tpot_p50: float | None = None
+    tpot_p95: float | None = None
+    stop_reasons: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSnapshot:
+    step: int
+    num_waiting: int
+    num_running: int
+    num_finished: int
+    kv_blocks_total: int
+    kv_blocks_used: int  # held by live sequences
+    kv_blocks_cached: int  # evictable prefix-cache blocks
+    block_size: int
+    kv_backend: str
+    scheduling_policy: str
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    requests: tuple[RequestState, ...]  # waiting, running, then the most recent finished
+    steps: tuple[StepRecord, ...]  # the most recent, oldest first
+    totals: Totals
+    ttfts: tuple[float, ...] = ()  # recent finished requests, seconds
+    tpots: tuple[float, ...] = ()
+
+    @property
+    def kv_blocks_free(self) -> int:
+        return self.kv_blocks_total - self.kv_blocks_used - self.kv_blocks_cached
+
+
+class Telemetry:
+    """Accumulates StepRecords and finished-request numbers for the snapshot's totals."""
+
+    def __init__(self):
+        self.steps: deque[StepRecord] = deque(maxlen=MAX_STEP_RECORDS)
+        self.ttfts: deque[float] = deque(maxlen=MAX_LATENCY_SAMPLES)
+        self.tpots: deque[float] = deque(maxlen=MAX_LATENCY_SAMPLES)
+        self.stop_reasons: Counter[str] = Counter()
+        self.num_requests_finished = 0
+        self.num_prompt_tokens = 0
+        self.num_generated_tokens = 0
+        self.num_cached_tokens = 0
+        self.num_preemptions = 0
+        self.elapsed_busy = 0.0
+
+    def record_step(self, record: StepRecord, num_generated: int) -> None:
+        self.steps.append(record)
+        self.num_prompt_tokens += record.num_prefill_tokens
+        self.num_generated_tokens += num_generated
+        self.num_preemptions += sum(e.kind == "preempted" for e in record.events)
+        if record.num_tokens:
+            self.elapsed_busy += record.duration
+
+    def record_finished(self, metrics, stop_reasons: list[str]) -> None:
+        self.num_requests_finished += 1
+        self.num_cached_tokens += metrics.num_cached_tokens
+        self.stop_reasons.update(stop_reasons)
+        if metrics.ttft is not None:
+            self.ttfts.append(metrics.ttft)
+        if metrics.tpot is not None:
+            self.tpots.append(metrics.tpot)
+
+    def totals(self) -> Totals:
+        return Totals(
+            num_requests_finished=self.num_requests_finished,
+            num_prompt_tokens=self.num_prompt_tokens,
+            num_generated_tokens=self.num_generated_tokens,
+            num_cached_tokens=self.num_cached_tokens,
+            num_preemptions=self.num_preemptions,
+            elapsed_busy=self.elapsed_busy,
+            tokens_per_s=self.num_generated_tokens / self.elapsed_busy if self.elapsed_busy else 0.0,
+            ttft_p50=percentile(self.ttfts, 50),
+            ttft_p95=percentile(self.ttfts, 95),
+            tpot_p50=percentile(self.tpots, 50),
+            tpot_p95=percentile(self.tpots, 95),
+            stop_reasons=dict(self.stop_reasons),
+        )
+
+
+def percentile(values, q: float) -> float | None:
+    """Nearest-rank percentile, None when there is nothing to rank."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[k]
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceDetail:
+    """One completion the way the engine holds it (for the sequence inspector)."""
+
+    index: int
+    status: str
+    stop_reason: str | None
+    prompt_token_ids: tuple[int, ...]
+    output_token_ids: tuple[int, ...]
+    prompt_tokens: tuple[str, ...]  # each id decoded alone
+    output_tokens: tuple[str, ...]
+    status_history: tuple[tuple[str, int], ...]  # (status, step at which it happened)
+    block_table: tuple[int, ...]
+    num_computed_tokens: int
+    num_cached_tokens: int
+    num_preemptions: int
+    text: str
+    logprobs: tuple[tuple[tuple[str, float], ...], ...] | None  # per token: (piece, logprob)...
+
+
+@dataclass(frozen=True, slots=True)
+class RequestDetail:
+    request_id: str
+    prompt: str | None
+    sampling: dict  # the SamplingParams fields
+    seqs: tuple[SequenceDetail, ...]
+    arrival: float
+    first_token: float | None
+    finished: float | None

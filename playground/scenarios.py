@@ -1,0 +1,118 @@
+"""Named workload presets: who the users are, how they arrive, and the engine knobs to show off.
+
+Each preset is one click in the UI. `Scenario.workload()` builds the users; `engine_overrides`
+are EngineConfig field names applied on top of the command line's config.
+"""
+
+from dataclasses import dataclass, field
+
+from playground.users import UserProfile, Workload, make_arrival, make_profiles
+
+
+@dataclass(frozen=True)
+class Scenario:
+    key: str
+    title: str
+    what_to_watch: str  # one or two sentences shown next to the controls
+    users: list[UserProfile] | UserProfile  # templates, cycled over num_users
+    num_users: int = 8
+    arrival: str = "all at once"  # see users.ARRIVALS
+    arrival_rate: float = 2.0  # users per second (poisson, bursts)
+    burst_size: int = 4
+    cancel_fraction: float = 0.0  # of requests from users that have cancel_after set
+    engine_overrides: dict = field(default_factory=dict)
+    compare: bool = False  # run static and continuous side by side
+
+    def workload(
+        self,
+        num_users: int | None = None,
+        arrival: str | None = None,
+        arrival_rate: float | None = None,
+        seed: int = 0,
+    ) -> Workload:
+        n = self.num_users if num_users is None else num_users
+        process = make_arrival(
+            arrival or self.arrival,
+            self.arrival_rate if arrival_rate is None else arrival_rate,
+            self.burst_size,
+        )
+        profiles = make_profiles(n, self.users)
+        return Workload(self.key, profiles, process, seed, self.cancel_fraction)
+
+
+_chatty = UserProfile("", "", pool="chat", max_tokens=64, think_time=(1.0, 4.0), cancel_after=10)
+_reader = UserProfile("", "", pool="long", max_tokens=48, think_time=(2.0, 5.0))
+_patron = UserProfile(
+    "", "", pool="library_questions", system_prompt="system_prompt", max_tokens=40,
+    think_time=(0.5, 2.0),
+)  # fmt: skip
+_fixed = [  # static vs continuous: one request each, lengths fixed by ignore_eos
+    UserProfile("", "", pool="chat", max_tokens=m, ignore_eos=True, max_requests=1)
+    for m in (96, 16, 24, 64, 8, 32, 48, 12)
+]
+
+SCENARIOS: dict[str, Scenario] = {
+    s.key: s
+    for s in (
+        Scenario(
+            key="chat_burst",
+            title="Chat burst",
+            what_to_watch="Everyone asks at once. Watch the waiting queue drain into the running "
+            "batch in one or two steps, then each user leave as soon as it is done (one in four "
+            "cancels on purpose after a few tokens).",
+            users=_chatty,
+            num_users=8,
+            cancel_fraction=0.25,
+            engine_overrides={"max_num_seqs": 16, "max_num_batched_tokens": 256},
+        ),
+        Scenario(
+            key="long_vs_short",
+            title="Long prompts next to short ones",
+            what_to_watch="Two users paste a long passage. With chunked prefill its prompt is "
+            "cut into budget-sized chunks over several steps (purple), while the short chats keep "
+            "decoding (blue) in the same steps instead of stalling.",
+            users=[_reader, _chatty, _chatty, _chatty],
+            num_users=6,
+            arrival="poisson",
+            arrival_rate=1.5,
+            engine_overrides={"max_num_seqs": 16, "max_num_batched_tokens": 96},
+        ),
+        Scenario(
+            key="kv_pressure",
+            title="KV pressure: preemption",
+            what_to_watch="Only 40 KV blocks of 16 tokens for 8 long answers. As sequences grow "
+            "the pool fills, the newest running request is preempted (its blocks freed, back to "
+            "the front of the queue) and recomputed later: see the red marks on the timeline.",
+            users=UserProfile("", "", pool="chat", max_tokens=160, ignore_eos=True,
+                              think_time=(1.0, 2.0)),  # fmt: skip
+            num_users=8,
+            engine_overrides={"num_kv_blocks": 40, "block_size": 16, "max_num_seqs": 8,
+                              "max_num_batched_tokens": 256},  # fmt: skip
+        ),
+        Scenario(
+            key="prefix_cache",
+            title="Shared system prompt: prefix cache",
+            what_to_watch="Every request starts with the same long library system prompt. After "
+            "the first one, its full KV blocks are found in the prefix cache: look at the cached "
+            "tokens in the stats and the inspector, and the short prefill bars.",
+            users=_patron,
+            num_users=8,
+            arrival="poisson",
+            arrival_rate=2.0,
+            engine_overrides={"enable_prefix_caching": True, "max_num_seqs": 16,
+                              "max_num_batched_tokens": 256},  # fmt: skip
+        ),
+        Scenario(
+            key="static_vs_continuous",
+            title="Static vs continuous",
+            what_to_watch="The same 16 requests (8 to 96 tokens) run through two engines that "
+            "share one set of weights. Static batching admits a new batch only when the whole "
+            "batch is done, so short answers wait for the longest; continuous refills every step.",
+            users=_fixed,
+            num_users=16,
+            engine_overrides={"max_num_seqs": 6, "max_num_batched_tokens": 256},
+            compare=True,
+        ),
+    )
+}
+DEFAULT_SCENARIO = "chat_burst"
