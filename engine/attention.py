@@ -57,7 +57,9 @@ def attention_context(ctx: AttentionContext):
 def paged_attention_forward(module, query, key, value, attention_mask, scaling=None, **kwargs):
     ctx = _context
     if ctx is None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, scaling=scaling, **kwargs
+        )
     k_cache, v_cache = ctx.kv_caches[module.layer_idx]
     q = query[0].transpose(0, 1)  # (T, H, D)
     k = key[0].transpose(0, 1)  # (T, Hkv, D)

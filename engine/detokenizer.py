@@ -21,7 +21,7 @@ class IncrementalDetokenizer:
 
     def update(self, output_token_ids: list[int]) -> str | None:
         """Decode the output after a new token; return the stop string if the text now has one."""
-        old_len = len(self.text)
+        old_len = len(self.text.rstrip(REPLACEMENT_CHAR))  # U+FFFD may turn into fewer chars
         self.text = self.tokenizer.decode(output_token_ids, skip_special_tokens=True)
         if not self.stop:
             return None

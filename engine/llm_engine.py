@@ -14,6 +14,7 @@ from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.detokenizer import IncrementalDetokenizer
 from engine.hf_cache_runner import HFCacheRunner
+from engine.inspection import request_detail, request_state
 from engine.model_runner import ModelRunner, auto_num_kv_blocks
 from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from engine.request_input import tokenize_prompt
@@ -22,7 +23,6 @@ from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler, SchedulerOutputs
 from engine.sequence import Sequence, SequenceGroup, StepClock, StopReason
 from engine.telemetry import EngineSnapshot, StepEvent, StepRecord, Telemetry
-from engine.inspection import request_detail, request_state
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +31,9 @@ DEFAULT_MAX_MODEL_LEN = 2048  # when the model config names no context window
 
 
 class LLMEngine:
-    def __init__(self, model, tokenizer, config: EngineConfig | None = None, seed: int | None = None):
+    def __init__(
+        self, model, tokenizer, config: EngineConfig | None = None, seed: int | None = None
+    ):
         config = config or EngineConfig()
         self.model, self.tokenizer = model, tokenizer
         text_config = model.config.get_text_config()
@@ -267,7 +269,9 @@ class LLMEngine:
         generator = None
         if params.seed is not None:
             generator = torch.Generator().manual_seed(hash((params.seed, index)) & (2**63 - 1))
-        detok = IncrementalDetokenizer(self.tokenizer, params.stop, params.include_stop_str_in_output)
+        detok = IncrementalDetokenizer(
+            self.tokenizer, params.stop, params.include_stop_str_in_output
+        )
         return Sequence(
             next(self._seq_ids), index, group.prompt_token_ids, params, detok,
             self.eos_token_ids, self.config.max_model_len, generator, self.clock,

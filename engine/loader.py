@@ -37,9 +37,9 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     if not re.fullmatch(r"cuda(:\d+)?", device):
         raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
     resolved = torch.device(device)
-    if not torch.cuda.is_available() or (resolved.index or 0) >= torch.cuda.device_count():
-        raise ValueError(f"device {device!r} is not available (CUDA devices: "
-                         f"{torch.cuda.device_count() if torch.cuda.is_available() else 0})")
+    num_devices = torch.cuda.device_count()  # 0 without CUDA
+    if (resolved.index or 0) >= num_devices:
+        raise ValueError(f"device {device!r} is not available ({num_devices} CUDA devices)")
     return resolved
 
 

@@ -76,7 +76,7 @@ class ModelRunner:
         for s in packed:
             seq, start = s.seq, s.seq.num_computed_tokens
             end = start + s.num_new_tokens
-            tokens = seq.all_token_ids[start:end] if s.num_new_tokens > 1 else [seq.last_token_id]
+            tokens = [seq.last_token_id] if s.is_decode else seq.all_token_ids[start:end]
             input_ids += tokens
             positions += range(start, end)
             table = seq.block_table

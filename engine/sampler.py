@@ -27,10 +27,12 @@ class Sampler:
     ) -> list[tuple[int, dict[int, Logprob] | None]]:
         """Pick one token per row of `logits` (num_seqs, vocab) for the matching sequence."""
         assert logits.shape[0] == len(seqs), (logits.shape, len(seqs))
-        logits = logits.float().cpu()  # (num_seqs, vocab)
+        logits = logits.float().cpu().clone()  # (num_seqs, vocab); penalties write in place
         for i, seq in enumerate(seqs):
             if seq.params.repetition_penalty != 1.0:
-                apply_repetition_penalty(logits[i], seq.all_token_ids, seq.params.repetition_penalty)
+                apply_repetition_penalty(
+                    logits[i], seq.all_token_ids, seq.params.repetition_penalty
+                )
         token_ids = logits.argmax(dim=-1)  # greedy rows are done
         rows = [i for i, s in enumerate(seqs) if not s.params.is_greedy]
         if rows:
@@ -68,10 +70,14 @@ class Sampler:
             return None
         logprobs = logits.log_softmax(dim=-1)  # (vocab,)
         chosen = logprobs[token_id].item()
-        result = {token_id: Logprob(chosen, int((logprobs > chosen).sum()) + 1, self._piece(token_id))}
+        result = {
+            token_id: Logprob(chosen, int((logprobs > chosen).sum()) + 1, self._piece(token_id))
+        }
         if k:
             top = logprobs.topk(k)
-            for rank, (lp, tok) in enumerate(zip(top.values.tolist(), top.indices.tolist()), 1):
+            for rank, (lp, tok) in enumerate(
+                zip(top.values.tolist(), top.indices.tolist(), strict=False), 1
+            ):
                 result.setdefault(tok, Logprob(lp, rank, self._piece(tok)))
         return result
 

@@ -7,6 +7,7 @@ MAX_STOP_STRINGS = 64  # each one is searched in every new piece of text
 MAX_STOP_STRING_LEN = 256
 MAX_N = 16
 MAX_LOGPROBS = 20
+GREEDY_BELOW = 1e-5  # temperatures under this are greedy
 
 
 @dataclass(slots=True)
@@ -27,10 +28,8 @@ class SamplingParams:
     timeout_s: float | None = None  # finish with TIMEOUT this long after arrival
 
     def __post_init__(self):
-        if isinstance(self.stop, str):
-            self.stop = [self.stop]
-        self.stop = list(self.stop)
-        self.stop_token_ids = list(self.stop_token_ids)
+        self.stop = [self.stop] if isinstance(self.stop, str) else _as_list("stop", self.stop)
+        self.stop_token_ids = _as_list("stop_token_ids", self.stop_token_ids)
         _check_int("max_tokens", self.max_tokens, 1)
         _check_float("temperature", self.temperature, 0.0, None, "in [0, inf)")
         _check_int("top_k", self.top_k, 0)
@@ -42,7 +41,9 @@ class SamplingParams:
         if self.repetition_penalty == 0.0:
             raise ValueError("repetition_penalty must be in (0, inf), got 0.0")
         if len(self.stop) > MAX_STOP_STRINGS:
-            raise ValueError(f"stop must hold at most {MAX_STOP_STRINGS} strings, got {len(self.stop)}")
+            raise ValueError(
+                f"stop must hold at most {MAX_STOP_STRINGS} strings, got {len(self.stop)}"
+            )
         for s in self.stop:
             if not isinstance(s, str) or not 0 < len(s) <= MAX_STOP_STRING_LEN:
                 raise ValueError(
@@ -66,7 +67,7 @@ class SamplingParams:
 
     @property
     def is_greedy(self) -> bool:
-        return self.temperature == 0.0
+        return self.temperature < GREEDY_BELOW  # tinier ones overflow logits / temperature
 
 
 def _check_int(name: str, value, low: int, high: int | None = None) -> None:
@@ -80,3 +81,12 @@ def _check_float(name: str, value, low: float, high: float | None, rng: str) -> 
     ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     if not ok or value < low or (high is not None and value > high):
         raise ValueError(f"{name} must be a finite number {rng}, got {value!r}")
+
+
+def _as_list(name: str, value) -> list:
+    """None -> [], a list or tuple -> a new list (items are checked by the caller)."""
+    if value is None:
+        return []
+    if not isinstance(value, list | tuple):
+        raise ValueError(f"{name} must be a list, got {value!r:.80}")
+    return list(value)

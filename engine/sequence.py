@@ -9,7 +9,7 @@ from engine.detokenizer import IncrementalDetokenizer
 from engine.sampling_params import SamplingParams
 
 
-class SequenceStatus(str, enum.Enum):
+class SequenceStatus(enum.StrEnum):
     WAITING = "waiting"  # never ran, or preempted (its KV blocks were freed: recompute)
     RUNNING = "running"  # admitted: holds KV blocks, gets tokens scheduled every step
     FINISHED = "finished"  # stop_reason says why; holds nothing
@@ -22,7 +22,7 @@ _TRANSITIONS = {
 }
 
 
-class StopReason(str, enum.Enum):
+class StopReason(enum.StrEnum):
     EOS = "eos"
     MAX_TOKENS = "max_tokens"
     STOP_WORD = "stop_word"  # a stop string or one of stop_token_ids
@@ -158,6 +158,8 @@ class Sequence:
             self.eos_token_ids, self.max_model_len, generator, self.clock,
         )  # fmt: skip
         child.output_token_ids = list(self.output_token_ids)
+        if self.logprobs is not None:
+            child.logprobs = list(self.logprobs)
         child.num_computed_tokens = self.num_computed_tokens
         child.num_cached_tokens = self.num_cached_tokens
         child.set_status(self.status)

@@ -3,6 +3,7 @@
 Everything here is an immutable plain value, so a snapshot can cross threads freely.
 """
 
+import math
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
@@ -12,7 +13,9 @@ MAX_LATENCY_SAMPLES = 4096  # finished requests kept for TTFT / TPOT percentiles
 
 @dataclass(frozen=True, slots=True)
 class StepEvent:
-    kind: str  # "admitted" | "prefill_chunk" | "prefill_done" | "preempted" | "finished" | "aborted"
+    kind: (
+        str  # "admitted" | "prefill_chunk" | "prefill_done" | "preempted" | "finished" | "aborted"
+    )
     request_id: str
     detail: str = ""  # e.g. "chunk 2/3 (128 tokens)", "eos", "12 cached tokens"
 
@@ -140,7 +143,9 @@ class Telemetry:
             num_cached_tokens=self.num_cached_tokens,
             num_preemptions=self.num_preemptions,
             elapsed_busy=self.elapsed_busy,
-            tokens_per_s=self.num_generated_tokens / self.elapsed_busy if self.elapsed_busy else 0.0,
+            tokens_per_s=self.num_generated_tokens / self.elapsed_busy
+            if self.elapsed_busy
+            else 0.0,
             ttft_p50=percentile(self.ttfts, 50),
             ttft_p95=percentile(self.ttfts, 95),
             tpot_p50=percentile(self.tpots, 50),
@@ -154,7 +159,7 @@ def percentile(values, q: float) -> float | None:
     if not values:
         return None
     ordered = sorted(values)
-    k = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
+    k = max(0, min(len(ordered) - 1, math.ceil(q * len(ordered) / 100) - 1))
     return ordered[k]
 
 

@@ -83,11 +83,16 @@ SCENARIOS: dict[str, Scenario] = {
             what_to_watch="Only 40 KV blocks of 16 tokens for 8 long answers. As sequences grow "
             "the pool fills, the newest running request is preempted (its blocks freed, back to "
             "the front of the queue) and recomputed later: see the red marks on the timeline.",
-            users=UserProfile("", "", pool="chat", max_tokens=160, ignore_eos=True,
-                              think_time=(1.0, 2.0)),  # fmt: skip
+            users=UserProfile(
+                "", "", pool="chat", max_tokens=160, ignore_eos=True, think_time=(1.0, 2.0)
+            ),  # fmt: skip
             num_users=8,
-            engine_overrides={"num_kv_blocks": 40, "block_size": 16, "max_num_seqs": 8,
-                              "max_num_batched_tokens": 256},  # fmt: skip
+            engine_overrides={
+                "num_kv_blocks": 40,
+                "block_size": 16,
+                "max_num_seqs": 8,
+                "max_num_batched_tokens": 256,
+            },  # fmt: skip
         ),
         Scenario(
             key="prefix_cache",
@@ -99,8 +104,11 @@ SCENARIOS: dict[str, Scenario] = {
             num_users=8,
             arrival="poisson",
             arrival_rate=2.0,
-            engine_overrides={"enable_prefix_caching": True, "max_num_seqs": 16,
-                              "max_num_batched_tokens": 256},  # fmt: skip
+            engine_overrides={
+                "enable_prefix_caching": True,
+                "max_num_seqs": 16,
+                "max_num_batched_tokens": 256,
+            },  # fmt: skip
         ),
         Scenario(
             key="static_vs_continuous",

@@ -10,9 +10,9 @@ a workload never needs a thread or a lock of its own; it publishes `views()` for
 import functools
 import itertools
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
 
 from engine import SamplingParams
 
@@ -167,7 +167,7 @@ class Workload:
     def __post_init__(self):
         self.rng = random.Random(self.seed)
         starts = self.arrival.start_times(len(self.profiles), self.rng)
-        self.users = [SimulatedUser(p, t) for p, t in zip(self.profiles, starts)]
+        self.users = [SimulatedUser(p, t) for p, t in zip(self.profiles, starts, strict=True)]
         self.by_request: dict[str, SimulatedUser] = {}
         self._views = tuple(u.view() for u in self.users)
 
@@ -196,13 +196,16 @@ class Workload:
         if user is None:
             return
         if out.finished:
-            self._request_done(user, out.request_id, now)
             if out.stop_reason is not None and out.stop_reason.value == "cancelled":
                 user.num_cancelled += user.cancel_sent
-        elif user.will_cancel and not user.cancel_sent:
-            if len(out.token_ids) >= user.profile.cancel_after:
-                user.cancel_sent = True
-                abort(out.request_id)
+            self._request_done(user, out.request_id, now)
+        elif (
+            user.will_cancel
+            and not user.cancel_sent
+            and (len(out.token_ids) >= user.profile.cancel_after)
+        ):
+            user.cancel_sent = True
+            abort(out.request_id)
 
     def on_rejected(self, request_id: str, now: float) -> None:
         user = self.by_request.get(request_id)

@@ -9,3 +9,28 @@ from engine.loader import load_model
 def default_model():
     """`(model, tokenizer)` of `load_model("default")`, loaded once per session."""
     return load_model("default")
+
+
+class CharTokenizer:
+    """A stand-in tokenizer: id 0 is `<eos>` (special), every other id is one character."""
+
+    eos_token_id = 0
+
+    def __init__(self, alphabet: str = "abcdefghijklmnopqrstuvwxyz .,!?"):
+        self.pieces = ["<eos>", *alphabet]
+        self.ids = {c: i for i, c in enumerate(self.pieces)}
+
+    def __len__(self) -> int:
+        return len(self.pieces)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return [self.ids[c] for c in text]
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        return "".join(self.pieces[i] for i in ids if not (skip_special_tokens and i == 0))
+
+
+@pytest.fixture
+def char_tokenizer():
+    """A tiny character-level tokenizer (32 ids, `<eos>` = 0) for tests that need no model."""
+    return CharTokenizer()

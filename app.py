@@ -1,0 +1,143 @@
+"""The playground's entry point: args -> load engine -> driver -> board (+ routes) -> serve.
+
+    python app.py [--model default|DIR|HUB_ID] [--device auto|cpu|cuda] [--port 7860] ...
+
+The EngineConfig names are flags (dashed). `create_app(driver)` returns the FastAPI app with
+the Gradio board mounted at "/" and `GET /healthz`, so other routes can join the same server.
+"""
+
+import argparse
+import logging
+import os
+import time
+
+T_START = time.monotonic()  # `make run` -> page answering is measured from here
+
+import gradio as gr  # noqa: E402
+import uvicorn  # noqa: E402
+from fastapi import FastAPI  # noqa: E402
+
+from engine import EngineConfig, LLMEngine  # noqa: E402
+from playground.driver import EngineDriver  # noqa: E402
+from playground.scenarios import SCENARIOS  # noqa: E402
+from playground.ui import build_ui, load_css  # noqa: E402
+
+log = logging.getLogger("playground")
+
+DEFAULT_PORT = 7860
+PLAYGROUND_KV_BLOCKS = 512  # 8192 tokens of 16: enough for the presets, and a readable block map
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="Continuous batching playground (Gradio board).")
+    p.add_argument("--model", default="default", help="'default' (SmolLM2-135M), a dir or hub id")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--host", default=None, help="default 127.0.0.1; 0.0.0.0 on a Space")
+    p.add_argument("--port", type=int, default=None, help="default $PORT or 7860")
+    p.add_argument("--max-num-seqs", type=int, default=None)
+    p.add_argument("--max-num-batched-tokens", type=int, default=None)
+    p.add_argument("--num-kv-blocks", type=int, default=PLAYGROUND_KV_BLOCKS)
+    p.add_argument("--block-size", type=int, default=None)
+    p.add_argument("--max-model-len", type=int, default=None)
+    p.add_argument("--scheduling-policy", choices=["continuous", "static"], default=None)
+    p.add_argument("--kv-backend", choices=["paged", "hf_cache"], default=None)
+    p.add_argument("--no-chunked-prefill", action="store_true")
+    p.add_argument("--no-prefix-caching", action="store_true")
+    p.add_argument("--pace", default="max", help="'max' or steps per second (slow motion)")
+    p.add_argument(
+        "--scenario",
+        choices=sorted(SCENARIOS),
+        default=None,
+        help="start this preset as soon as the model is loaded",
+    )
+    return p.parse_args(argv)
+
+
+def engine_config(args: argparse.Namespace) -> EngineConfig:
+    overrides = {
+        name: getattr(args, name)
+        for name in (
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "num_kv_blocks",
+            "block_size",
+            "max_model_len",
+            "scheduling_policy",
+            "kv_backend",
+        )
+        if getattr(args, name) is not None
+    }
+    if args.no_chunked_prefill:
+        overrides["enable_chunked_prefill"] = False
+    if args.no_prefix_caching:
+        overrides["enable_prefix_caching"] = False
+    return EngineConfig(**overrides)
+
+
+def resolve_host_port(args: argparse.Namespace) -> tuple[str, int]:
+    host = args.host or ("0.0.0.0" if os.environ.get("SPACE_ID") else "127.0.0.1")
+    env_port = os.environ.get("PORT") or os.environ.get("GRADIO_SERVER_PORT")
+    return host, args.port or int(env_port or DEFAULT_PORT)
+
+
+def create_app(driver: EngineDriver) -> FastAPI:
+    """FastAPI app: the board at "/", GET /healthz; add more routes to it before serving."""
+    app = FastAPI(title="Continuous batching playground")
+
+    @app.get("/healthz")
+    def healthz() -> dict:
+        snap = driver.snapshot()
+        return {
+            "status": "ok" if driver.is_alive else "driver stopped",
+            "step": snap.step,
+            "waiting": snap.num_waiting,
+            "running": snap.num_running,
+            "generated_tokens": snap.totals.num_generated_tokens,
+            "tokens_per_s": round(snap.totals.tokens_per_s, 2),  # of engine busy time
+        }
+
+    demo = build_ui(driver)
+    theme = gr.themes.Soft(primary_hue="indigo", neutral_hue="slate")
+    return gr.mount_gradio_app(app, demo, path="/", css=load_css(), theme=theme, footer_links=[])
+
+
+def main(argv=None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    args = parse_args(argv)
+    config = engine_config(args)  # validated before the slow load
+    host, port = resolve_host_port(args)
+    engine = LLMEngine.from_pretrained(args.model, device=args.device, **_fields(config))
+    driver = EngineDriver(engine, pace=args.pace, base_config=config)
+    if args.scenario:
+        sc = SCENARIOS[args.scenario]
+        cfg = EngineConfig(**{**_fields(config), **sc.engine_overrides})
+        driver.reset(cfg, compare=sc.compare, workload=sc.workload())
+    server = _Server(uvicorn.Config(create_app(driver), host=host, port=port, log_level="warning"))
+    server.banner = (
+        f"Playground ready at http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"
+        f"  (model {args.model!r}; Ctrl-C stops)"
+    )
+    try:
+        server.run()  # returns on Ctrl-C / SIGTERM
+    finally:
+        driver.stop()
+        log.info("driver stopped")
+
+
+class _Server(uvicorn.Server):
+    """Prints the URL once the socket listens, so whoever reads it can connect at once."""
+
+    banner = ""
+
+    async def startup(self, sockets=None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            print(f"{self.banner} [{time.monotonic() - T_START:.1f} s after start]", flush=True)
+
+
+def _fields(config: EngineConfig) -> dict:
+    return {name: getattr(config, name) for name in EngineConfig.field_names()}
+
+
+if __name__ == "__main__":
+    main()

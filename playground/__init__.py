@@ -1,0 +1,4 @@
+"""The playground: the driver thread, simulated users, scenarios, charts and the Gradio board.
+
+Only `app.py` wires it to the engine; engine/ never imports anything from here.
+"""

@@ -1,0 +1,82 @@
+"""HTML for the sequence inspector: one request the way the engine holds it."""
+
+from engine.telemetry import RequestDetail, SequenceDetail
+from playground.cards import badge, esc
+
+SHOWN_PARAMS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "n", "logprobs", "stop")
+MAX_TOKEN_CHIPS = 600  # per token list; the rest is summarized
+VISIBLE = str.maketrans({"Ġ": "␣", "Ċ": "↵", "ĉ": "⇥", " ": "␣", "\n": "↵"})
+
+
+def _chips(ids, pieces, last: bool = False, logprobs=None) -> str:
+    out = []
+    shown = list(zip(ids, pieces, strict=False))[:MAX_TOKEN_CHIPS]
+    for i, (tid, piece) in enumerate(shown):
+        cls = "pg-chip pg-chip-last" if last and i == len(ids) - 1 else "pg-chip"
+        tip = f"id {tid}"
+        if logprobs and i < len(logprobs):
+            tip += "\n" + "\n".join(f"{p!r}  {lp:.2f}" for p, lp in logprobs[i])
+        out.append(
+            f'<span class="{cls}" title="{esc(tip)}">{esc(str(piece).translate(VISIBLE))}'
+            f"<sub>{tid}</sub></span>"
+        )
+    if len(ids) > MAX_TOKEN_CHIPS:
+        out.append(f'<span class="pg-muted"> … {len(ids) - MAX_TOKEN_CHIPS} more</span>')
+    return f'<div class="pg-chips">{"".join(out) or "<i>none yet</i>"}</div>'
+
+
+def _history(seq: SequenceDetail) -> str:
+    steps = []
+    prev = None
+    for status, step in seq.status_history:
+        note = " (preempted)" if prev == "running" and status == "waiting" else ""
+        steps.append(badge(f"{status} @ step {step}{note}", status))
+        prev = status
+    return '<span class="pg-arrow">→</span>'.join(steps)
+
+
+def _sequence(seq: SequenceDetail, num_seqs: int) -> str:
+    last = seq.output_token_ids[-1] if seq.output_token_ids else seq.prompt_token_ids[-1]
+    reason = badge(seq.stop_reason, f"stop-{seq.stop_reason}") if seq.stop_reason else ""
+    facts = [
+        ("status", badge(seq.status, seq.status) + reason),
+        ("prompt / generated tokens", f"{len(seq.prompt_token_ids)} / {len(seq.output_token_ids)}"),
+        ("computed tokens (K/V in cache)", str(seq.num_computed_tokens)),
+        ("cached tokens (prefix cache hit)", str(seq.num_cached_tokens)),
+        ("preemptions", str(seq.num_preemptions)),
+        ("last token id", str(last)),
+        ("block table", " ".join(f"<code>{b}</code>" for b in seq.block_table) or "–"),
+    ]
+    rows = "".join(f"<tr><th>{esc(k)}</th><td>{v}</td></tr>" for k, v in facts)
+    title = f"<h4>completion {seq.index}</h4>" if num_seqs > 1 else ""
+    return (
+        f"{title}<div class='pg-history'>{_history(seq)}</div>"
+        f"<table class='pg-facts'>{rows}</table>"
+        f"<h4>prompt tokens</h4>{_chips(seq.prompt_token_ids, seq.prompt_tokens)}"
+        f"<h4>generated tokens</h4>"
+        f"{_chips(seq.output_token_ids, seq.output_tokens, last=True, logprobs=seq.logprobs)}"
+    )
+
+
+def render_inspector(
+    detail: RequestDetail | None, deltas: tuple[tuple[int, str], ...], request_id: str | None
+) -> str:
+    if request_id is None:
+        return '<div class="pg-muted">Pick a request above to see it the way the engine does.</div>'
+    if detail is None:
+        return (
+            f'<div class="pg-muted">{esc(request_id)}: the engine no longer holds this request '
+            "(it keeps the 256 most recent finished ones), or the driver has not answered yet."
+            "</div>"
+        )
+    params = ", ".join(f"{k}={v!r}" for k, v in detail.sampling.items() if k in SHOWN_PARAMS)
+    seqs = "".join(_sequence(q, len(detail.seqs)) for q in detail.seqs)
+    items = "".join(
+        f"<li><b>step {step}</b> <code>{esc(repr(d))}</code></li>" for step, d in deltas
+    )
+    return (
+        f'<div class="pg-inspector"><div class="pg-insp-head"><b>{esc(detail.request_id)}</b>'
+        f' <span class="pg-muted">{esc(params)}</span></div>{seqs}'
+        f"<h4>RequestOutput deltas, in the order they were sent ({len(deltas)})</h4>"
+        f'<ol class="pg-deltas">{items or "<li class=pg-muted>none yet</li>"}</ol></div>'
+    )

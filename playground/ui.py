@@ -1,0 +1,366 @@
+"""The board: `build_ui(driver) -> gr.Blocks`. Layout first, callbacks and wiring after.
+
+The engine and the driver are shared by every browser session; per-session things (the
+visitor's id, the last board version drawn, the request being inspected) live in gr.State /
+gr.Request. One gr.Timer refreshes everything from the driver's latest BoardState and never
+waits for the driver. Figures are built once per board version and shared by all sessions.
+"""
+
+import random
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import gradio as gr
+from gradio.components.plot import PlotData
+
+from engine import EngineConfig, SamplingParams
+from playground import cards, charts
+from playground.driver import BoardState, EngineDriver, RequestRejected
+from playground.inspector import render_inspector
+from playground.scenarios import DEFAULT_SCENARIO, SCENARIOS, Scenario
+from playground.users import ARRIVALS
+
+CSS_PATH = Path(__file__).resolve().parent.parent / "assets" / "style.css"
+TICK_S = 0.25  # ~4 Hz
+PACES = ["max", "0.5", "1", "2", "5", "10"]
+MAX_LIVE_PER_VISITOR = 3
+INTRO = """
+<div class="pg-hero"><h1>Continuous batching, live</h1>
+<p>Simulated users and <b>you</b> share <b>one</b> LLM engine running in this process. Every
+step the scheduler picks which sequences run and how many of their tokens fit the budget, then
+does <b>one</b> forward pass for all of them over a paged KV cache. Nothing here is animated:
+the charts are measured from real model forwards.</p></div>
+"""
+
+
+class FigureCache:
+    """Figures of the latest board version, shared by every session (not per user)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._version, self._figs = -1, None
+
+    def get(self, state: BoardState) -> dict:
+        with self._lock:
+            if state.version != self._version:
+                self._figs, self._version = _figures(state), state.version
+            return self._figs
+
+
+def _figures(state: BoardState) -> dict[str, PlotData]:
+    """Every chart of the board, as the JSON gr.Plot sends (built without go.Figure)."""
+    snap = state.snapshot
+    labels, colours = cards.request_labels(state), cards.request_colours(state)
+    specs = {
+        "queue": charts.queue_spec(snap),
+        "batch": charts.batch_spec(snap),
+        "timeline": charts.timeline_spec(snap, labels),
+        "kv": charts.kv_block_spec(snap, colours),
+        "stops": charts.stop_reason_spec(snap),
+        "latency": charts.latency_spec(snap),
+        "tput": charts.throughput_spec(snap),
+    }
+    if state.compare:
+        for i, lane in enumerate(state.lanes[:2]):
+            s = state.snapshots[lane]
+            specs[f"cmp_queue{i}"] = charts.queue_spec(s, f"{lane}: queues")
+            specs[f"cmp_batch{i}"] = charts.batch_spec(s, f"{lane}: tokens per step")
+    return {k: PlotData(type="plotly", plot=charts.as_json(v)) for k, v in specs.items()}
+
+
+PLOT_KEYS = (
+    "queue",
+    "batch",
+    "timeline",
+    "kv",
+    "stops",
+    "latency",
+    "tput",
+    "cmp_queue0",
+    "cmp_queue1",
+    "cmp_batch0",
+    "cmp_batch1",
+)
+
+
+def board_values(state: BoardState, cache: FigureCache, me: str | None, rid, deltas) -> list:
+    """What one timer tick returns: version, stats, cards, log, inspector, scoreboard, plots."""
+    figs = cache.get(state)
+    detail = state.details.get(rid) if rid else None
+    return [
+        state.version,
+        cards.render_stats(state),
+        cards.render_cards(state, me),
+        cards.render_step_log(state, me),
+        render_inspector(detail, deltas, rid) if rid else gr.skip(),
+        cards.render_scoreboard(state),
+        *(figs.get(k, gr.skip()) for k in PLOT_KEYS),
+    ]
+
+
+def _scenario_knobs(driver: EngineDriver, sc: Scenario) -> list:
+    """Control values for a preset: its overrides on top of the command line's config."""
+    base, o = driver.base_config, sc.engine_overrides
+    kv = o.get("num_kv_blocks", base.num_kv_blocks or driver.snapshot().kv_blocks_total)
+    return [
+        sc.key,
+        sc.num_users,
+        sc.arrival,
+        sc.arrival_rate,
+        o.get("scheduling_policy", base.scheduling_policy),
+        sc.compare,
+        o.get("max_num_batched_tokens", base.max_num_batched_tokens),
+        o.get("max_num_seqs", base.max_num_seqs),
+        kv,
+        _note(sc),
+    ]
+
+
+def _note(sc: Scenario) -> str:
+    return f'<div class="pg-note"><b>{cards.esc(sc.title)}.</b> {cards.esc(sc.what_to_watch)}</div>'
+
+
+def build_ui(driver: EngineDriver) -> gr.Blocks:
+    cache = FigureCache()
+    sc0 = SCENARIOS[DEFAULT_SCENARIO]
+    k0 = _scenario_knobs(driver, sc0)
+    with gr.Blocks(title="Continuous batching playground") as demo:
+        seen = gr.State(-1)  # the board version this session drew last
+        with gr.Row(elem_classes="pg-top"):
+            gr.HTML(INTRO)
+            stats = gr.HTML(elem_id="pg-stats")
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=1, min_width=320, elem_classes="pg-side"):
+                gr.Markdown("#### Presets: one click starts one", elem_classes="pg-h")
+                preset_buttons = {
+                    key: gr.Button(sc.title, size="sm", elem_classes="pg-preset")
+                    for key, sc in SCENARIOS.items()
+                }
+                note = gr.HTML(k0[-1])
+                with gr.Row(elem_classes="pg-transport"):
+                    start_btn = gr.Button("▶ Start", variant="primary", size="sm", min_width=60)
+                    pause_btn = gr.Button("Pause", size="sm", min_width=60)
+                    step_btn = gr.Button("Step", size="sm", min_width=60)
+                    reset_btn = gr.Button("Reset", size="sm", variant="stop", min_width=60)
+                pace0 = driver.state().pace
+                pace = gr.Dropdown(
+                    PACES,
+                    value="max" if pace0 is None else f"{pace0:g}",
+                    allow_custom_value=True,
+                    label="pace: steps per second",
+                )
+                with gr.Accordion("Workload and engine knobs", open=False):
+                    scenario = gr.Dropdown(
+                        [(s.title, k) for k, s in SCENARIOS.items()], value=k0[0], label="scenario"
+                    )
+                    num_users = gr.Slider(1, 32, value=k0[1], step=1, label="simulated users")
+                    arrival = gr.Radio(list(ARRIVALS), value=k0[2], label="arrivals")
+                    rate = gr.Slider(0.2, 10, value=k0[3], step=0.1, label="arrival rate (users/s)")
+                    policy = gr.Radio(["continuous", "static"], value=k0[4], label="policy")
+                    compare = gr.Checkbox(k0[5], label="compare static vs continuous")
+                    budget = gr.Slider(16, 2048, value=k0[6], step=16, label="token budget / step")
+                    max_seqs = gr.Slider(1, 64, value=k0[7], step=1, label="max sequences per step")
+                    kv_blocks = gr.Slider(8, 4096, value=k0[8], step=8, label="KV blocks")
+                gr.Markdown("#### Your prompt", elem_classes="pg-h")
+                prompt = gr.Textbox(
+                    placeholder="Ask anything. It joins the same batch.",
+                    lines=2,
+                    show_label=False,
+                    elem_id="pg-prompt",
+                )
+                with gr.Accordion("Sampling", open=False):
+                    max_tokens = gr.Slider(1, 256, value=48, step=1, label="max_tokens")
+                    temperature = gr.Slider(0, 2, value=0.7, step=0.05, label="temperature")
+                    top_p = gr.Slider(0.05, 1, value=0.95, step=0.05, label="top_p")
+                    top_k = gr.Slider(0, 100, value=0, step=1, label="top_k (0 = off)")
+                    seed = gr.Number(None, precision=0, label="seed (empty = random)")
+                    stop = gr.Textbox("", label="stop strings, separated by |")
+                    logprobs = gr.Checkbox(True, label="logprobs: hover a token of your answer")
+                with gr.Row():
+                    send_btn = gr.Button("Send", variant="primary", size="sm", elem_id="pg-send")
+                    cancel_btn = gr.Button("Cancel mine", size="sm")
+                send_status = gr.Markdown("", elem_id="pg-send-status")
+            with gr.Column(scale=3):
+                board = gr.HTML(elem_id="pg-board")
+                with gr.Row():
+                    queue_plot = gr.Plot(show_label=False, elem_classes="pg-plot")
+                    batch_plot = gr.Plot(show_label=False, elem_classes="pg-plot")
+                with gr.Row():
+                    timeline_plot = gr.Plot(show_label=False, elem_classes="pg-plot")
+                    kv_plot = gr.Plot(show_label=False, elem_classes="pg-plot")
+                with gr.Row():
+                    stops_plot = gr.Plot(show_label=False, elem_classes="pg-plot")
+                    latency_plot = gr.Plot(show_label=False, elem_classes="pg-plot")
+                    tput_plot = gr.Plot(show_label=False, elem_classes="pg-plot")
+        with gr.Tabs():
+            with gr.Tab("Step log"):
+                log = gr.HTML(elem_id="pg-log")
+            with gr.Tab("Sequence inspector") as insp_tab:
+                with gr.Row():
+                    inspect_rid = gr.Dropdown([], label="request", allow_custom_value=True, scale=4)
+                    refresh_ids = gr.Button("↻ list requests", size="sm", scale=1)
+                inspector = gr.HTML()
+            with gr.Tab("Compare: static vs continuous"):
+                scoreboard = gr.HTML()
+                with gr.Row():
+                    cmp_queue0 = gr.Plot(show_label=False)
+                    cmp_queue1 = gr.Plot(show_label=False)
+                with gr.Row():
+                    cmp_batch0 = gr.Plot(show_label=False)
+                    cmp_batch1 = gr.Plot(show_label=False)
+        timer = gr.Timer(TICK_S)
+
+        # -- callbacks ------------------------------------------------------------------------
+        knobs = [scenario, num_users, arrival, rate, policy, compare, budget, max_seqs, kv_blocks]
+        plots = [
+            queue_plot,
+            batch_plot,
+            timeline_plot,
+            kv_plot,
+            stops_plot,
+            latency_plot,
+            tput_plot,
+            cmp_queue0,
+            cmp_queue1,
+            cmp_batch0,
+            cmp_batch1,
+        ]
+        board_outputs = [seen, stats, board, log, inspector, scoreboard, *plots]
+
+        def refresh_board(last_seen: int, rid: str | None, request: gr.Request):
+            state = driver.state()
+            if state.version == last_seen:
+                return [gr.skip()] * len(board_outputs)
+            me = cards.visitor_owner(request.session_hash)
+            deltas = driver.deltas(rid) if rid else ()
+            return board_values(state, cache, me, rid, deltas)
+
+        def pick_scenario(key: str):
+            return _scenario_knobs(driver, SCENARIOS[key])[1:]
+
+        def start(key, n, arr, r, pol, cmp, bud, seqs, kv):
+            sc = SCENARIOS[key]
+            cfg = replace(
+                driver.base_config,
+                **{k: v for k, v in sc.engine_overrides.items() if k in EngineConfig.field_names()},
+            )
+            cfg = replace(
+                cfg,
+                scheduling_policy=pol,
+                max_num_batched_tokens=int(bud),
+                max_num_seqs=int(seqs),
+                num_kv_blocks=int(kv),
+            )
+            workload = sc.workload(int(n), arr, float(r), seed=random.randrange(2**31))
+            try:
+                driver.reset(cfg, compare=bool(cmp), workload=workload)
+            except ValueError as exc:
+                gr.Warning(f"the engine refused these knobs: {exc}")
+                return gr.skip()
+            driver.resume()
+            return gr.Button("Pause")
+
+        def start_preset(key: str):
+            values = _scenario_knobs(driver, SCENARIOS[key])
+            start(*values[:-1])
+            return [*values, gr.Button("Pause")]
+
+        def toggle_pause():
+            if driver.is_paused:
+                driver.resume()
+                return gr.Button("Pause")
+            driver.pause()
+            return gr.Button("Resume")
+
+        def single_step():
+            driver.pause()
+            driver.step_once(timeout=30)
+            return gr.Button("Resume")
+
+        def reset_board(pol, bud, seqs, kv):
+            cfg = replace(
+                driver.base_config,
+                scheduling_policy=pol,
+                max_num_batched_tokens=int(bud),
+                max_num_seqs=int(seqs),
+                num_kv_blocks=int(kv),
+            )
+            driver.reset(cfg)
+            return gr.Button("Pause") if not driver.is_paused else gr.skip()
+
+        def submit_prompt(text, mt, temp, tp, tk, sd, stop_text, lp, request: gr.Request):
+            me = cards.visitor_owner(request.session_hash)
+            if not text or not text.strip():
+                return gr.skip(), "Type a prompt first."
+            live = [r for r in driver.state().records if r.owner == me and not r.finished]
+            if len(live) >= MAX_LIVE_PER_VISITOR:
+                return gr.skip(), f"You already have {len(live)} requests running: wait or cancel."
+            try:
+                params = SamplingParams(
+                    max_tokens=int(mt),
+                    temperature=float(temp),
+                    top_p=float(tp),
+                    top_k=int(tk),
+                    seed=None if sd is None else int(sd),
+                    stop=[s for s in (stop_text or "").split("|") if s],
+                    logprobs=5 if lp else None,
+                )
+                messages = [{"role": "user", "content": text}]
+                handle = driver.submit(messages, params, owner=me, wait=True, timeout=30)
+            except (RequestRejected, ValueError) as exc:
+                return gr.skip(), f"Refused: {exc}"
+            return "", f"Sent as **{handle.request_id}**: it streams into your card."
+
+        def cancel_mine(request: gr.Request):
+            driver.abort_owner(cards.visitor_owner(request.session_hash))
+            return "Cancelled your requests."
+
+        def list_requests(request: gr.Request):
+            me = cards.visitor_owner(request.session_hash)
+            state = driver.state()
+            labels = cards.request_labels(state, me)
+            ids = [r.request_id for r in reversed(state.records)]
+            return gr.Dropdown([(labels.get(i, i), i) for i in ids])
+
+        def inspect_request(rid: str | None):
+            if rid:
+                driver.watch(rid)
+            return (
+                render_inspector(driver.state().details.get(rid), driver.deltas(rid), rid)
+                if rid
+                else render_inspector(None, (), None)
+            )
+
+        def leave(request: gr.Request):
+            driver.abort_owner(cards.visitor_owner(request.session_hash))
+
+        def first_view(request: gr.Request):
+            return refresh_board(-1, None, request)
+
+        # -- wiring ---------------------------------------------------------------------------
+        timer.tick(
+            refresh_board, [seen, inspect_rid], board_outputs, show_progress="hidden", queue=False
+        )
+        demo.load(first_view, None, board_outputs, show_progress="hidden")
+        demo.unload(leave)
+        scenario.change(pick_scenario, scenario, knobs[1:] + [note], show_progress="hidden")
+        start_btn.click(start, knobs, pause_btn)
+        for key, btn in preset_buttons.items():
+            btn.click(lambda key=key: start_preset(key), None, [*knobs, note, pause_btn])
+        pause_btn.click(toggle_pause, None, pause_btn)
+        step_btn.click(single_step, None, pause_btn)
+        reset_btn.click(reset_board, [policy, budget, max_seqs, kv_blocks], pause_btn)
+        pace.change(lambda p: driver.set_pace(p), pace, None)
+        send = [prompt, max_tokens, temperature, top_p, top_k, seed, stop, logprobs]
+        send_btn.click(submit_prompt, send, [prompt, send_status])
+        prompt.submit(submit_prompt, send, [prompt, send_status])
+        cancel_btn.click(cancel_mine, None, send_status)
+        refresh_ids.click(list_requests, None, inspect_rid)
+        insp_tab.select(list_requests, None, inspect_rid)
+        inspect_rid.change(inspect_request, inspect_rid, inspector)
+    return demo
+
+
+def load_css() -> str:
+    return CSS_PATH.read_text(encoding="utf-8")

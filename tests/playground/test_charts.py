@@ -1,0 +1,144 @@
+"""Charts from hand-made snapshots: the traces and the values they carry."""
+
+import time
+
+import pytest
+
+from engine.telemetry import Totals
+from playground import charts
+from tests.playground.factories import busy_board, request, snapshot, step
+
+
+def _trace(fig, name):
+    return next(t for t in fig.data if t.name == name)
+
+
+def test_queue_figure_stacks_finished_running_waiting():
+    steps = [
+        step(1, waiting=3, running=0),
+        step(2, waiting=1, running=2, events=[("admitted", "a"), ("admitted", "b")]),
+        step(3, waiting=0, running=2, events=[("finished", "a", "eos"), ("aborted", "c")]),
+    ]
+    fig = charts.queue_figure(snapshot(steps=steps, totals=Totals(num_requests_finished=5)))
+    assert [t.name for t in fig.data] == ["finished", "running", "waiting"]
+    assert all(t.stackgroup == "q" for t in fig.data)
+    assert list(_trace(fig, "waiting").y) == [3, 1, 0]
+    assert list(_trace(fig, "running").y) == [0, 2, 2]
+    # 5 finished in all, 2 of them in the window (a finished, c aborted): 3 before it.
+    assert list(_trace(fig, "finished").y) == [3, 3, 5]
+    assert list(_trace(fig, "finished").x) == [1, 2, 3]
+
+
+def test_queue_figure_counts_n_completions_of_one_request_once():
+    events = [("finished", "a", "eos"), ("finished", "a", "max_tokens")]
+    fig = charts.queue_figure(snapshot(steps=[step(1, events=events)]))
+    assert list(_trace(fig, "finished").y) == [0]  # totals say 0: window starts at -1 + 1
+
+
+def test_batch_figure_prefill_decode_and_budget():
+    steps = [step(1, prefill=60, budget=64), step(2, prefill=20, decode=4, budget=64)]
+    fig = charts.batch_figure(snapshot(steps=steps))
+    assert list(_trace(fig, "prefill").y) == [60, 20]
+    assert list(_trace(fig, "decode").y) == [0, 4]
+    assert list(_trace(fig, "budget").y) == [64, 64]
+    assert fig.layout.barmode == "stack"
+
+
+def test_timeline_phases_preemption_and_stop_marker():
+    reqs = [
+        request(
+            "a", status="finished", stop="eos", arrival=1.0, scheduled=1.5, first=2.0, finished=4.0
+        ),  # fmt: skip
+        request("b", status="waiting", arrival=2.0),
+    ]
+    steps = [step(1, start=1.0), step(30, start=3.0, events=[("preempted", "a")])]
+    fig = charts.timeline_figure(snapshot(steps=steps, requests=reqs), {"a": "a · Ada"})
+    waiting, prefill, decode = (_trace(fig, n) for n in ("waiting", "prefill", "decode"))
+    assert list(waiting.y) == ["a · Ada", "b"]
+    assert list(waiting.base) == [0.0, 1.0]
+    assert list(waiting.x)[0] == pytest.approx(0.5)
+    assert list(prefill.base) == [0.5] and list(prefill.x) == [pytest.approx(0.5)]
+    assert list(decode.base) == [1.0] and list(decode.x) == [pytest.approx(2.0)]
+    pre = _trace(fig, "preempted")
+    assert list(pre.x) == [pytest.approx(2.0)] and list(pre.y) == ["a · Ada"]
+    ends = _trace(fig, "finished")
+    assert list(ends.text) == ["eos"] and list(ends.x) == [pytest.approx(3.0)]
+
+
+def test_stop_reason_counts_in_fixed_order():
+    totals = Totals(stop_reasons={"eos": 3, "cancelled": 1})
+    fig = charts.stop_reason_figure(snapshot(totals=totals))
+    bar = fig.data[0]
+    assert list(bar.x) == list(charts.STOP_COLOURS)
+    assert dict(zip(bar.x, bar.y, strict=True))["eos"] == 3
+    assert dict(zip(bar.x, bar.y, strict=True))["cancelled"] == 1
+    assert sum(bar.y) == 4
+
+
+class _WithCachedIds:
+    """A snapshot that also names its cached blocks (kv_cached_block_ids)."""
+
+    def __init__(self, snap, cached):
+        self._snap, self.kv_cached_block_ids = snap, cached
+
+    def __getattr__(self, name):
+        return getattr(self._snap, name)
+
+
+def test_kv_block_map_owners_shared_cached_free():
+    reqs = [request("a", blocks=[0, 1, 2]), request("b", blocks=[2, 5])]
+    snap = _WithCachedIds(snapshot(requests=reqs, blocks=16, used=4, cached=1), (7,))
+    fig = charts.kv_block_figure(snap, {"a": "#ff0000", "b": "#00ff00"})
+    heat = fig.data[0]
+    cells = [v for row in heat.z for v in row]
+    text = [v for row in heat.text for v in row]
+    assert len([c for c in cells if c is not None]) == 16
+    scale = [c for _, c in heat.colorscale]
+    colour = {i: scale[2 * int(cells[i])] for i in range(16)}  # band i holds palette[i]
+    assert colour[0] == colour[1] == "#ff0000"
+    assert colour[5] == "#00ff00"
+    assert colour[2] == charts.SHARED_COLOUR and "a, b" in text[2]
+    assert colour[7] == charts.CACHED_COLOUR
+    assert colour[3] == charts.FREE_COLOUR and text[3] == "block 3: free"
+    assert "4 used, 1 cached" in fig.layout.title.text
+
+
+def test_kv_block_map_caps_huge_pools():
+    fig = charts.kv_block_figure(snapshot(blocks=100_000))
+    assert sum(v is not None for row in fig.data[0].z for v in row) == charts.MAX_KV_CELLS
+
+
+def test_latency_in_milliseconds():
+    fig = charts.latency_figure(snapshot(ttfts=[0.1, 0.3], tpots=[0.02]))
+    assert list(_trace(fig, "TTFT").x) == pytest.approx([100, 300])
+    assert list(_trace(fig, "TPOT").x) == pytest.approx([20])
+
+
+def test_throughput_rolls_over_wall_time():
+    steps = [step(n, start=n * 0.5, duration=0.5, decode=4) for n in range(1, 5)]
+    fig = charts.throughput_figure(snapshot(steps=steps))
+    gen = _trace(fig, "generated")
+    assert list(gen.y) == pytest.approx([8.0] * 4)  # 4 tokens per 0.5 s
+
+
+def test_empty_snapshot_draws_every_chart():
+    snap = snapshot()
+    for fn in (charts.queue_figure, charts.batch_figure, charts.timeline_figure,
+               charts.stop_reason_figure, charts.kv_block_figure, charts.latency_figure,
+               charts.throughput_figure):  # fmt: skip
+        fn(snap).to_json()
+
+
+def test_charts_of_a_full_board_are_cheap():
+    """32 users and 500 steps: every figure built and serialized well under a tick."""
+    snap = busy_board().snapshot
+    fns = (charts.queue_figure, charts.batch_figure, charts.timeline_figure,
+           charts.stop_reason_figure, charts.kv_block_figure, charts.latency_figure,
+           charts.throughput_figure)  # fmt: skip
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for fn in fns:
+            fn(snap).to_json()
+        best = min(best, time.perf_counter() - t0)
+    assert best < 0.1, f"{best * 1000:.0f} ms"  # measured ~12 ms; loose for a busy CI box

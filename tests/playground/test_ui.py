@@ -1,0 +1,55 @@
+"""The Blocks build, the app's routes and CLI, and what one timer tick costs."""
+
+import time
+
+import gradio as gr
+from fastapi.testclient import TestClient
+
+import app
+from playground.ui import PLOT_KEYS, FigureCache, board_values, build_ui
+from tests.playground.factories import busy_board
+
+
+def test_build_ui_returns_blocks_with_one_timer(driver):
+    demo = build_ui(driver)
+    assert isinstance(demo, gr.Blocks)
+    timers = [b for b in demo.blocks.values() if isinstance(b, gr.Timer)]
+    assert len(timers) == 1 and timers[0].value <= 0.5
+
+
+def test_create_app_serves_the_board_and_healthz(driver):
+    with TestClient(app.create_app(driver)) as client:
+        health = client.get("/healthz")
+        assert health.status_code == 200 and health.json()["status"] == "ok"
+        page = client.get("/")
+        assert page.status_code == 200 and "gradio" in page.text.lower()
+
+
+def test_cli_flags_map_to_engine_config(monkeypatch):
+    args = app.parse_args(["--max-num-seqs", "4", "--num-kv-blocks", "64",
+                           "--scheduling-policy", "static", "--no-prefix-caching"])  # fmt: skip
+    cfg = app.engine_config(args)
+    assert (cfg.max_num_seqs, cfg.num_kv_blocks, cfg.scheduling_policy) == (4, 64, "static")
+    assert cfg.enable_prefix_caching is False and cfg.enable_chunked_prefill is True
+    monkeypatch.delenv("SPACE_ID", raising=False)
+    monkeypatch.delenv("GRADIO_SERVER_PORT", raising=False)
+    monkeypatch.setenv("PORT", "9999")
+    assert app.resolve_host_port(app.parse_args([])) == ("127.0.0.1", 9999)
+    monkeypatch.setenv("SPACE_ID", "someone/space")
+    assert app.resolve_host_port(app.parse_args(["--port", "1234"])) == ("0.0.0.0", 1234)
+    assert app.resolve_host_port(app.parse_args(["--host", "10.0.0.1"]))[0] == "10.0.0.1"
+
+
+def test_a_tick_of_a_full_board_costs_little():
+    """32 users, 500 steps: HTML + figures + the JSON Gradio sends, for a new board version."""
+    costs = []
+    for version in range(1, 6):
+        state = busy_board(num_users=32, num_steps=500, version=version)
+        t0 = time.perf_counter()
+        values = board_values(state, FigureCache(), "visitor:me", None, ())
+        payload = [v.plot for v in values[-len(PLOT_KEYS) :] if hasattr(v, "plot")]
+        costs.append(time.perf_counter() - t0)
+    assert len(payload) == 7  # compare figures are skipped outside compare mode
+    best = min(costs)
+    print(f"tick cost, 32 users x 500 steps: best {best * 1000:.1f} ms")
+    assert best < 0.15, f"{best * 1000:.0f} ms"  # ~20 ms on an idle core; loose for CI
