@@ -22,8 +22,6 @@ from playground.driver import EngineDriver  # noqa: E402
 from playground.scenarios import SCENARIOS  # noqa: E402
 from playground.ui import build_ui, load_css  # noqa: E402
 
-log = logging.getLogger("playground")
-
 DEFAULT_PORT = 7860
 PLAYGROUND_KV_BLOCKS = 512  # 8192 tokens of 16: enough for the presets, and a readable block map
 
@@ -118,10 +116,12 @@ def main(argv=None) -> None:
         f"  (model {args.model!r}; Ctrl-C stops)"
     )
     try:
-        server.run()  # returns on Ctrl-C / SIGTERM
+        server.run()  # shuts down gracefully on Ctrl-C / SIGTERM
+    except KeyboardInterrupt:  # uvicorn re-raises the signal once it has shut down
+        pass
     finally:
         driver.stop()
-        log.info("driver stopped")
+        print("Playground stopped.", flush=True)
 
 
 class _Server(uvicorn.Server):

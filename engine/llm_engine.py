@@ -119,7 +119,7 @@ class LLMEngine:
                 f"the waiting queue is full (max_waiting={self.config.max_waiting}); retry later"
             )
         prompt_text, token_ids = tokenize_prompt(self.tokenizer, prompt)
-        self._check_fits(token_ids, params)
+        self._check_fits(token_ids)
         arrival = time.monotonic() if arrival_time is None else arrival_time
         group = SequenceGroup(request_id, prompt_text, token_ids, params, arrival, priority)
         seq = self._new_sequence(group, 0)
@@ -347,25 +347,18 @@ class LLMEngine:
             num_preemptions=sum(s.num_preemptions for s in group.seqs),
         )
 
-    def _check_fits(self, token_ids: list[int], params: SamplingParams) -> None:
+    def _check_fits(self, token_ids: list[int]) -> None:
         c = self.config
         if len(token_ids) >= c.max_model_len:
             raise ValueError(
-                f"prompt has {len(token_ids)} tokens; max_model_len is {c.max_model_len} "
-                "and at least one token must be left to generate"
+                f"prompt has {len(token_ids)} tokens; max_model_len is {c.max_model_len} (the "
+                f"model's context window, capped by the KV pool of {c.num_kv_blocks} blocks x "
+                f"{c.block_size} tokens) and at least one token must be left to generate"
             )
         if not c.enable_chunked_prefill and len(token_ids) > c.max_num_batched_tokens:
             raise ValueError(
                 f"prompt has {len(token_ids)} tokens, more than max_num_batched_tokens "
                 f"({c.max_num_batched_tokens}) with chunked prefill off"
-            )
-        needed = self.block_manager.num_blocks_for(
-            min(len(token_ids) + params.max_tokens, c.max_model_len)
-        )
-        if needed > c.num_kv_blocks:
-            raise ValueError(
-                f"prompt + max_tokens need {needed} KV blocks but the pool has {c.num_kv_blocks}; "
-                "lower max_tokens or raise num_kv_blocks"
             )
 
     # -- telemetry ----------------------------------------------------------------------------

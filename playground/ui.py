@@ -170,11 +170,13 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
                     elem_id="pg-prompt",
                 )
                 with gr.Accordion("Sampling", open=False):
-                    max_tokens = gr.Slider(1, 256, value=48, step=1, label="max_tokens")
+                    max_tokens = gr.Slider(
+                        1, 256, value=48, step=1, label="max_tokens", elem_id="pg-max-tokens"
+                    )
                     temperature = gr.Slider(0, 2, value=0.7, step=0.05, label="temperature")
                     top_p = gr.Slider(0.05, 1, value=0.95, step=0.05, label="top_p")
                     top_k = gr.Slider(0, 100, value=0, step=1, label="top_k (0 = off)")
-                    seed = gr.Number(None, precision=0, label="seed (empty = random)")
+                    seed = gr.Number(-1, precision=0, label="seed (-1 = random)")
                     stop = gr.Textbox("", label="stop strings, separated by |")
                     logprobs = gr.Checkbox(True, label="logprobs: hover a token of your answer")
                 with gr.Row():
@@ -302,7 +304,7 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
                     temperature=float(temp),
                     top_p=float(tp),
                     top_k=int(tk),
-                    seed=None if sd is None else int(sd),
+                    seed=None if sd is None or sd < 0 else int(sd),
                     stop=[s for s in (stop_text or "").split("|") if s],
                     logprobs=5 if lp else None,
                 )

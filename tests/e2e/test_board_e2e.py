@@ -1,0 +1,115 @@
+"""End to end: `python app.py` on a free port, driven by Playwright in Debian's chromium.
+
+Start a preset, see simulated users stream, the charts drawn, a request finish with its
+stop-reason badge, and the visitor's own prompt answered. The screenshot goes to pytest's
+tmp dir; PLAYGROUND_UPDATE_SCREENSHOT=1 writes assets/screenshot.png (the README's) instead.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run",
+]  # fmt: skip
+START_TIMEOUT = 240  # s; a cold first start converts the bundled GGUF (~20 s on 2 cores)
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium"),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = _free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("SPACE_ID", None)
+    proc = subprocess.Popen(
+        [sys.executable, "app.py", "--port", str(port), "--max-num-seqs", "16"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read()
+        try:
+            with urllib.request.urlopen(url + "/healthz", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("the app did not answer /healthz in time")
+    yield url
+    proc.send_signal(signal.SIGINT)  # Ctrl-C: driver and server stop cleanly
+    try:
+        assert proc.wait(timeout=30) == 0, proc.stdout.read()[-3000:]
+    finally:
+        proc.kill()
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1600, "height": 1000})
+        page.goto(server)
+        yield page
+        browser.close()
+
+
+def _count(page, js: str) -> int:
+    return page.evaluate(js)
+
+
+STREAMING_USERS = """() => [...document.querySelectorAll('.pg-card:not(.pg-mine) .pg-text')]
+    .filter(e => e.textContent.trim().length > 5).length"""
+STOP_BADGES = "() => document.querySelectorAll('.pg-badge[class*=\"pg-stop-\"]').length"
+MY_ANSWER = """() => { const c = document.querySelector('.pg-card.pg-mine');
+    return c && c.querySelector('.pg-finished') ? c.querySelector('.pg-text').textContent : ''}"""
+PLOTS = "() => document.querySelectorAll('.pg-plot .js-plotly-plot .main-svg').length"
+
+
+def test_board_end_to_end(page, tmp_path):
+    page.wait_for_selector("#pg-board .pg-cards", timeout=60_000)
+    page.get_by_role("button", name="Chat burst").click()
+    page.get_by_text("Sampling").click()
+    page.fill("#pg-max-tokens input[type=number]", "24")
+    page.press("#pg-max-tokens input[type=number]", "Enter")
+    page.fill("#pg-prompt textarea", "Name three colours of the rainbow.")
+    page.click("#pg-send")
+    page.wait_for_function("() => document.querySelector('#pg-send-status').textContent"
+                           ".includes('Sent as')", timeout=30_000)  # fmt: skip
+    page.wait_for_function(f"() => ({STREAMING_USERS})() >= 3", timeout=120_000)
+    page.wait_for_function(f"() => ({PLOTS})() >= 7", timeout=60_000)
+    page.wait_for_function(f"() => ({STOP_BADGES})() >= 1", timeout=180_000)
+    page.wait_for_function(f"() => ({MY_ANSWER})().trim().length > 0", timeout=180_000)
+    assert _count(page, STREAMING_USERS) >= 3
+    assert page.locator(".pg-card.pg-mine .pg-badge[class*='pg-stop-']").count() == 1
+    assert "step" in page.locator("#pg-log").inner_text()
+    time.sleep(3)  # let a few more tokens land for the picture
+    shot = tmp_path / "screenshot.png"
+    if os.environ.get("PLAYGROUND_UPDATE_SCREENSHOT"):
+        shot = ROOT / "assets" / "screenshot.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 50_000
