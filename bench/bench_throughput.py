@@ -68,6 +68,7 @@ class RunResult:
     ttfts: list[float]  # seconds
     tpots: list[float]  # seconds
     load_before: float  # 1-minute load average when the run started
+    cpu_pressure: float | None  # % of the run some task waited for a CPU (noise; ~0 = quiet)
     extra: dict = field(default_factory=dict)
 
     @property
@@ -90,6 +91,7 @@ class RunResult:
             "tpot_p50_s": percentile(self.tpots, 50),
             "tpot_p95_s": percentile(self.tpots, 95),
             "load_before": self.load_before,
+            "cpu_pressure_pct": self.cpu_pressure,
             **self.extra,
         }
 
@@ -324,8 +326,19 @@ def check(model, workload, result: RunResult, ref: list[list[int]]) -> dict:
 
 
 # -- the run ------------------------------------------------------------------------------------
+def cpu_stall_us() -> int | None:
+    """Microseconds some task waited for a CPU since boot (Linux PSI), None when unknown."""
+    try:
+        with open("/proc/pressure/cpu") as f:
+            some = f.readline().split()
+        return int(some[-1].removeprefix("total="))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def run_system(name, model, tokenizer, workload, args) -> RunResult:
     load = os.getloadavg()[0]
+    stall, start = cpu_stall_us(), time.monotonic()
     if name == "engine_continuous":
         run = run_engine(model, tokenizer, workload, args, scheduling_policy="continuous")
     elif name == "engine_static":
@@ -341,10 +354,13 @@ def run_system(name, model, tokenizer, workload, args) -> RunResult:
     else:
         raise ValueError(f"unknown system {name!r}")
     wall, token_ids, ttfts, tpots, extra = run
+    pressure = None
+    if stall is not None and (now := cpu_stall_us()) is not None:
+        pressure = 100 * (now - stall) / 1e6 / (time.monotonic() - start)
     label = SYSTEMS[name]
     if name == "hf_static":
         label += f" of {args.hf_batch_size}"
-    result = RunResult(name, label, wall, token_ids, ttfts, tpots, load, extra)
+    result = RunResult(name, label, wall, token_ids, ttfts, tpots, load, pressure, extra)
     wrong = [
         i
         for i, (got, (_, want)) in enumerate(zip(token_ids, workload, strict=True))
@@ -370,6 +386,10 @@ def machine_info() -> dict:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
     }
+
+
+def pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} %"
 
 
 def ms(seconds: float | None) -> str:
@@ -462,7 +482,7 @@ def main():
         results.append(result)
         print(
             f"  {result.label}: {result.tokens_per_s:.1f} tok/s, {result.wall:.1f} s "
-            f"(load {result.load_before:.2f} before)",
+            f"(load {result.load_before:.2f} before, CPU pressure {pct(result.cpu_pressure)})",
             flush=True,
         )
 

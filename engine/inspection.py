@@ -1,9 +1,71 @@
-"""Read-only views of requests for the snapshot and the sequence inspector."""
+"""Read-only views of the engine's requests: outputs, snapshot states, inspector details."""
 
 import dataclasses
 
+from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from engine.sequence import SequenceGroup
-from engine.telemetry import RequestDetail, RequestState, SequenceDetail
+from engine.telemetry import EngineSnapshot, RequestDetail, RequestState, SequenceDetail
+
+
+def request_output(group: SequenceGroup) -> RequestOutput:
+    """The request's RequestOutput now; hands out each completion's pending delta."""
+    completions = []
+    for seq in group.seqs:
+        delta = seq.detokenizer.take_delta(seq.is_finished)
+        completions.append(
+            CompletionOutput(
+                index=seq.index,
+                text=seq.detokenizer.sent_text,
+                token_ids=list(seq.output_token_ids),
+                delta=delta,
+                stop_reason=seq.stop_reason,
+                logprobs=None if seq.logprobs is None else list(seq.logprobs),
+            )
+        )
+    return RequestOutput(
+        request_id=group.request_id,
+        prompt=group.prompt,
+        prompt_token_ids=group.prompt_token_ids,
+        outputs=completions,
+        finished=group.is_finished,
+        metrics=RequestMetrics(
+            arrival=group.arrival_time,
+            first_scheduled=group.first_scheduled_time,
+            first_token=group.first_token_time,
+            finished=group.finished_time,
+            num_prompt_tokens=len(group.prompt_token_ids),
+            num_cached_tokens=group.num_cached_tokens,
+            num_generated_tokens=sum(s.num_output_tokens for s in group.seqs),
+            num_preemptions=sum(s.num_preemptions for s in group.seqs),
+        ),
+    )
+
+
+def build_snapshot(engine) -> EngineSnapshot:
+    live = list(engine.groups.values())
+    states = [request_state(g) for g in live] + [request_state(g) for g in engine.finished]
+    num_running = sum(s.status == "running" for s in states[: len(live)])
+    c, bm, tel = engine.config, engine.block_manager, engine.telemetry
+    return EngineSnapshot(
+        step=engine.clock.step,
+        num_waiting=len(live) - num_running,
+        num_running=num_running,
+        num_finished=tel.num_requests_finished,
+        kv_blocks_total=bm.num_blocks,
+        kv_blocks_used=bm.num_used_blocks,
+        kv_blocks_cached=bm.num_cached_blocks,
+        block_size=bm.block_size,
+        kv_backend=c.kv_backend,
+        scheduling_policy=c.scheduling_policy,
+        max_num_seqs=c.max_num_seqs,
+        max_num_batched_tokens=c.max_num_batched_tokens,
+        requests=tuple(states),
+        steps=tuple(tel.steps),
+        totals=tel.totals(),
+        ttfts=tuple(tel.ttfts),
+        tpots=tuple(tel.tpots),
+        kv_cached_block_ids=tuple(bm.evictable),
+    )
 
 
 def request_state(group: SequenceGroup) -> RequestState:

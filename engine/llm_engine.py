@@ -14,9 +14,9 @@ from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.detokenizer import IncrementalDetokenizer
 from engine.hf_cache_runner import HFCacheRunner
-from engine.inspection import request_detail, request_state
+from engine.inspection import build_snapshot, request_detail, request_output
 from engine.model_runner import ModelRunner, auto_num_kv_blocks
-from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from engine.outputs import RequestOutput
 from engine.request_input import tokenize_prompt
 from engine.sampler import Sampler
 from engine.sampling_params import SamplingParams
@@ -195,10 +195,9 @@ class LLMEngine:
     def _process_forward(self, sched: SchedulerOutputs, logits, sampled, events):
         for s in sched.scheduled:
             seq = s.seq
-            was_prefill = seq.is_prefill
             seq.num_computed_tokens += s.num_new_tokens
             self.block_manager.cache_full_blocks(seq)
-            if was_prefill:
+            if not s.is_decode:
                 group = self._group_of[seq.seq_id]
                 done = "prefill_done" if s.samples else "prefill_chunk"
                 detail = f"{seq.num_computed_tokens}/{seq.num_tokens} tokens"
@@ -300,52 +299,17 @@ class LLMEngine:
     def _make_output(self, group: SequenceGroup) -> RequestOutput:
         if group.is_finished:
             return self._finalize(group)
-        return self._output_of(group)
+        return request_output(group)
 
     def _finalize(self, group: SequenceGroup) -> RequestOutput:
         group.finished_time = time.monotonic()
-        output = self._output_of(group)
+        output = request_output(group)
         del self.groups[group.request_id]
         for seq in group.seqs:
             del self._group_of[seq.seq_id]
         self.finished.append(group)
         self.telemetry.record_finished(output.metrics, [s.stop_reason.value for s in group.seqs])
         return output
-
-    def _output_of(self, group: SequenceGroup) -> RequestOutput:
-        completions = []
-        for seq in group.seqs:
-            delta = seq.detokenizer.take_delta(seq.is_finished)
-            completions.append(
-                CompletionOutput(
-                    index=seq.index,
-                    text=seq.detokenizer.sent_text,
-                    token_ids=list(seq.output_token_ids),
-                    delta=delta,
-                    stop_reason=seq.stop_reason,
-                    logprobs=None if seq.logprobs is None else list(seq.logprobs),
-                )
-            )
-        return RequestOutput(
-            request_id=group.request_id,
-            prompt=group.prompt,
-            prompt_token_ids=group.prompt_token_ids,
-            outputs=completions,
-            finished=group.is_finished,
-            metrics=self._metrics(group),
-        )
-
-    def _metrics(self, group: SequenceGroup) -> RequestMetrics:
-        return RequestMetrics(
-            arrival=group.arrival_time,
-            first_scheduled=group.first_scheduled_time,
-            first_token=group.first_token_time,
-            finished=group.finished_time,
-            num_prompt_tokens=len(group.prompt_token_ids),
-            num_cached_tokens=group.num_cached_tokens,
-            num_generated_tokens=sum(s.num_output_tokens for s in group.seqs),
-            num_preemptions=sum(s.num_preemptions for s in group.seqs),
-        )
 
     def _check_fits(self, token_ids: list[int]) -> None:
         c = self.config
@@ -386,29 +350,7 @@ class LLMEngine:
 
     def snapshot(self) -> EngineSnapshot:
         """An immutable picture of queues, requests, KV blocks and recent steps."""
-        live = list(self.groups.values())
-        states = [request_state(g) for g in live] + [request_state(g) for g in self.finished]
-        num_running = sum(s.status == "running" for s in states[: len(live)])
-        c, bm, tel = self.config, self.block_manager, self.telemetry
-        return EngineSnapshot(
-            step=self.clock.step,
-            num_waiting=len(live) - num_running,
-            num_running=num_running,
-            num_finished=tel.num_requests_finished,
-            kv_blocks_total=bm.num_blocks,
-            kv_blocks_used=bm.num_used_blocks,
-            kv_blocks_cached=bm.num_cached_blocks,
-            block_size=bm.block_size,
-            kv_backend=c.kv_backend,
-            scheduling_policy=c.scheduling_policy,
-            max_num_seqs=c.max_num_seqs,
-            max_num_batched_tokens=c.max_num_batched_tokens,
-            requests=tuple(states),
-            steps=tuple(tel.steps),
-            totals=tel.totals(),
-            ttfts=tuple(tel.ttfts),
-            tpots=tuple(tel.tpots),
-        )
+        return build_snapshot(self)
 
     def inspect(self, request_id: str):
         """The request the way the engine holds it (RequestDetail), or None if unknown."""

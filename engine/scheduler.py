@@ -15,17 +15,17 @@ from engine.sequence import Sequence, SequenceStatus
 
 @dataclass(slots=True)
 class ScheduledSequence:
+    """One sequence's share of a step; the facts are fixed when it is scheduled."""
+
     seq: Sequence
     num_new_tokens: int  # computed this step, starting at seq.num_computed_tokens
+    is_decode: bool = field(init=False)  # just the last token: its context is all cached
+    samples: bool = field(init=False)  # reaches the last token, so a new token is sampled
 
-    @property
-    def is_decode(self) -> bool:
-        return self.num_new_tokens == 1 and self.seq.num_uncomputed_tokens == 1
-
-    @property
-    def samples(self) -> bool:
-        """True when this step reaches the sequence's last token, so a new token is sampled."""
-        return self.seq.num_computed_tokens + self.num_new_tokens == self.seq.num_tokens
+    def __post_init__(self):
+        uncomputed = self.seq.num_uncomputed_tokens
+        self.is_decode = self.num_new_tokens == 1 and uncomputed == 1
+        self.samples = self.num_new_tokens == uncomputed
 
 
 @dataclass(slots=True)

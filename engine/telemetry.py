@@ -97,6 +97,7 @@ class EngineSnapshot:
     totals: Totals
     ttfts: tuple[float, ...] = ()  # recent finished requests, seconds
     tpots: tuple[float, ...] = ()
+    kv_cached_block_ids: tuple[int, ...] = ()  # the evictable blocks (for the block map)
 
     @property
     def kv_blocks_free(self) -> int:

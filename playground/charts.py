@@ -193,7 +193,7 @@ def kv_block_spec(
         for b in r.block_table:
             if b < total:
                 owners[b].append(r.request_id)
-    cached = set(getattr(snap, "kv_cached_block_ids", None) or ())
+    cached = set(snap.kv_cached_block_ids)
     palette, z, text = [FREE_COLOUR, CACHED_COLOUR, SHARED_COLOUR], [], []
     index = {}
     for b, own in enumerate(owners):

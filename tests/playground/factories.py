@@ -85,6 +85,7 @@ def snapshot(
     ttfts=(),
     tpots=(),
     policy="continuous",
+    cached_ids=(),
 ):
     steps = tuple(steps)
     return EngineSnapshot(
@@ -95,6 +96,7 @@ def snapshot(
         kv_blocks_total=blocks,
         kv_blocks_used=used,
         kv_blocks_cached=cached,
+        kv_cached_block_ids=tuple(cached_ids),
         block_size=4,
         kv_backend="paged",
         scheduling_policy=policy,

@@ -75,19 +75,9 @@ def test_stop_reason_counts_in_fixed_order():
     assert sum(bar.y) == 4
 
 
-class _WithCachedIds:
-    """A snapshot that also names its cached blocks (kv_cached_block_ids)."""
-
-    def __init__(self, snap, cached):
-        self._snap, self.kv_cached_block_ids = snap, cached
-
-    def __getattr__(self, name):
-        return getattr(self._snap, name)
-
-
 def test_kv_block_map_owners_shared_cached_free():
     reqs = [request("a", blocks=[0, 1, 2]), request("b", blocks=[2, 5])]
-    snap = _WithCachedIds(snapshot(requests=reqs, blocks=16, used=4, cached=1), (7,))
+    snap = snapshot(requests=reqs, blocks=16, used=4, cached=1, cached_ids=(7,))
     fig = charts.kv_block_figure(snap, {"a": "#ff0000", "b": "#00ff00"})
     heat = fig.data[0]
     cells = [v for row in heat.z for v in row]
