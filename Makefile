@@ -37,8 +37,8 @@ format:
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-run:
+run: setup
 	$(PY) app.py
 
-bench:
+bench: setup
 	$(PY) bench/bench_throughput.py
