@@ -61,7 +61,7 @@ def build_snapshot(engine) -> EngineSnapshot:
         max_num_batched_tokens=c.max_num_batched_tokens,
         requests=tuple(states),
         steps=tuple(tel.steps),
-        totals=tel.totals(),
+        totals=tel.totals(bm.num_prefix_queries, bm.num_prefix_hits),
         ttfts=tuple(tel.ttfts),
         tpots=tuple(tel.tpots),
         kv_cached_block_ids=tuple(bm.evictable),

@@ -180,20 +180,48 @@ class LLMEngine:
         forward_duration, num_generated = 0.0, 0
         if not sched.is_empty:
             forward_start = time.monotonic()
+            scheduled = sched.scheduled
             try:
-                logits, sampled = self.runner.execute(sched.scheduled, sched.blocks_to_copy)
-            except Exception:  # the engine lives on; this batch's requests end with ERROR
-                logger.exception("forward failed at step %d", self.clock.step)
-                outputs += self._fail_batch(sched, events)
-            else:
-                forward_duration = time.monotonic() - forward_start
-                num_generated, touched = self._process_forward(sched, logits, sampled, events)
-                outputs += [self._make_output(g) for g in touched]
+                logits, sampled = self.runner.execute(scheduled, sched.blocks_to_copy)
+            except Exception:  # find the requests that fail; the others go on
+                logger.exception("forward failed at step %d; retrying per request", self.clock.step)
+                scheduled, logits, sampled, failed = self._execute_isolated(sched)
+                outputs += self._fail(failed, events)
+            forward_duration = time.monotonic() - forward_start
+            if scheduled:
+                try:
+                    num_generated, touched = self._process_forward(
+                        scheduled, logits, sampled, events
+                    )
+                    outputs += [self._make_output(g) for g in touched]
+                except Exception:
+                    logger.exception("sampling failed at step %d", self.clock.step)
+                    outputs += self._fail(scheduled, events)
         self._record(sched, events, start, forward_duration, num_generated)
         return outputs
 
-    def _process_forward(self, sched: SchedulerOutputs, logits, sampled, events):
+    def _execute_isolated(self, sched: SchedulerOutputs):
+        """After a failed batch forward: run each request alone; returns what succeeded
+        (scheduled, logits, sampled) and the ScheduledSequences of the requests that failed."""
+        by_group: dict[str, list] = {}
         for s in sched.scheduled:
+            by_group.setdefault(self._group_of[s.seq.seq_id].request_id, []).append(s)
+        ok, rows, sampled, failed = [], [], [], []
+        for group_scheduled in by_group.values():
+            try:  # redoing the block copies is harmless: their sources are never written
+                logits, group_sampled = self.runner.execute(group_scheduled, sched.blocks_to_copy)
+            except Exception:
+                failed += group_scheduled
+                continue
+            ok += group_scheduled
+            sampled += group_sampled
+            if group_sampled:
+                rows.append(logits)
+        logits = torch.cat(rows) if rows else None
+        return ok, logits, sampled, failed
+
+    def _process_forward(self, scheduled, logits, sampled, events):
+        for s in scheduled:
             seq = s.seq
             seq.num_computed_tokens += s.num_new_tokens
             self.block_manager.cache_full_blocks(seq)
@@ -243,9 +271,11 @@ class LLMEngine:
             detail = f"{seq.num_tokens} tokens, {seq.num_cached_tokens} cached"
             events.append(StepEvent("admitted", group.request_id, detail))
 
-    def _fail_batch(self, sched: SchedulerOutputs, events: list[StepEvent]) -> list[RequestOutput]:
+    def _fail(self, scheduled, events: list[StepEvent]) -> list[RequestOutput]:
+        """Finish the requests of these ScheduledSequences with ERROR."""
         outputs = []
-        groups = {id(g): g for g in (self._group_of[s.seq.seq_id] for s in sched.scheduled)}
+        live = [self._group_of[s.seq.seq_id] for s in scheduled if s.seq.seq_id in self._group_of]
+        groups = {id(g): g for g in live}
         for group in groups.values():
             self._finish_group(group, StopReason.ERROR)
             events.append(StepEvent("finished", group.request_id, StopReason.ERROR.value))

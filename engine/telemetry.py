@@ -69,6 +69,8 @@ class Totals:
     num_generated_tokens: int = 0
     num_cached_tokens: int = 0  # prompt tokens served by the prefix cache
     num_preemptions: int = 0
+    num_prefix_queries: int = 0  # full prompt blocks looked up in the prefix cache
+    num_prefix_hits: int = 0  # of those, found
     elapsed_busy: float = 0.0  # seconds spent inside steps that did work
     tokens_per_s: float = 0.0  # generated tokens / elapsed_busy
     ttft_p50: float | None = None
@@ -76,6 +78,10 @@ class Totals:
     tpot_p50: float | None = None
     tpot_p95: float | None = None
     stop_reasons: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def prefix_cache_hit_rate(self) -> float:
+        return self.num_prefix_hits / self.num_prefix_queries if self.num_prefix_queries else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +142,10 @@ class Telemetry:
         if metrics.tpot is not None:
             self.tpots.append(metrics.tpot)
 
-    def totals(self) -> Totals:
+    def totals(self, num_prefix_queries: int = 0, num_prefix_hits: int = 0) -> Totals:
         return Totals(
+            num_prefix_queries=num_prefix_queries,
+            num_prefix_hits=num_prefix_hits,
             num_requests_finished=self.num_requests_finished,
             num_prompt_tokens=self.num_prompt_tokens,
             num_generated_tokens=self.num_generated_tokens,

@@ -22,6 +22,7 @@ STOP_COLOURS = {
 }  # fmt: skip
 PREEMPT_COLOUR = "#ef4444"
 FREE_COLOUR, CACHED_COLOUR, SHARED_COLOUR = "#eef2f7", "#cbd5e1", "#0f172a"
+MAX_CHART_STEPS = 200  # per-step charts draw the latest steps only: the browser redraws them 4x/s
 MAX_TIMELINE_REQUESTS = 24
 MAX_KV_CELLS = 2048  # the block map draws at most this many blocks
 THROUGHPUT_WINDOW = 8  # steps in the rolling tokens/s
@@ -64,7 +65,7 @@ def _spec(title: str, traces: list[dict], height: int = 260, **layout) -> dict:
 
 def queue_spec(snap: EngineSnapshot, title: str = "Queues over time") -> dict:
     """Cumulative flow: finished (bottom), running, waiting, one stacked area per state."""
-    steps = snap.steps
+    steps = snap.steps[-MAX_CHART_STEPS:]
     x = [r.step for r in steps]
     done_per_step = [_num_done(r) for r in steps]
     finished = snap.totals.num_requests_finished - sum(done_per_step)
@@ -94,7 +95,7 @@ def _num_done(record) -> int:
 
 def batch_spec(snap: EngineSnapshot, title: str = "Tokens per step") -> dict:
     """Prefill and decode tokens of every step, stacked, against the token budget."""
-    steps = snap.steps
+    steps = snap.steps[-MAX_CHART_STEPS:]
     x = [r.step for r in steps]
     traces = [
         {"type": "bar", "name": "prefill", "x": x, "y": [r.num_prefill_tokens for r in steps],
@@ -274,7 +275,7 @@ def latency_spec(snap: EngineSnapshot, title: str = "Latency") -> dict:
 
 def throughput_spec(snap: EngineSnapshot, title: str = "Tokens per second") -> dict:
     """Rolling generated and prompt tokens per second of wall time (pauses included)."""
-    steps = snap.steps
+    steps = snap.steps[-MAX_CHART_STEPS:]
     gen_sum, pre_sum = [0], [0]  # prefix sums: each window costs O(1)
     for r in steps:
         gen_sum.append(gen_sum[-1] + _num_generated(r))

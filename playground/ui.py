@@ -35,17 +35,29 @@ the charts are measured from real model forwards.</p></div>
 
 
 class FigureCache:
-    """Figures of the latest board version, shared by every session (not per user)."""
+    """Charts of the latest board version, built once and shared by every session.
+
+    Each chart also has a revision that moves only when its JSON changes, so a session is
+    sent a chart only when it differs from the one it has (the browser redraws every chart
+    it receives, which costs far more than building it).
+    """
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._version, self._figs = -1, None
+        self._version = -1
+        self._plots: dict[str, PlotData] = {}
+        self._revisions: dict[str, int] = {}
 
-    def get(self, state: BoardState) -> dict:
+    def get(self, state: BoardState) -> tuple[dict[str, PlotData], dict[str, int]]:
         with self._lock:
             if state.version != self._version:
-                self._figs, self._version = _figures(state), state.version
-            return self._figs
+                for key, plot in _figures(state).items():
+                    old = self._plots.get(key)
+                    if old is None or old.plot != plot.plot:
+                        self._plots[key] = plot
+                        self._revisions[key] = self._revisions.get(key, 0) + 1
+                self._version = state.version
+            return self._plots, dict(self._revisions)
 
 
 def _figures(state: BoardState) -> dict[str, PlotData]:
@@ -84,18 +96,30 @@ PLOT_KEYS = (
 )
 
 
-def board_values(state: BoardState, cache: FigureCache, me: str | None, rid, deltas) -> list:
-    """What one timer tick returns: version, stats, cards, log, inspector, scoreboard, plots."""
-    figs = cache.get(state)
+def board_values(
+    state: BoardState, cache: FigureCache, me: str | None, rid, deltas, sent: dict | None = None
+) -> list:
+    """What one timer tick returns: version, charts sent, stats, cards, log, inspector,
+    scoreboard, then the plots (gr.skip() for those the session already has, per `sent`)."""
+    plots, revisions = cache.get(state)
+    sent = dict(sent or {})
+    out = []
+    for key in PLOT_KEYS:
+        if key in plots and sent.get(key) != revisions[key]:
+            out.append(plots[key])
+            sent[key] = revisions[key]
+        else:
+            out.append(gr.skip())
     detail = state.details.get(rid) if rid else None
     return [
         state.version,
+        sent,
         cards.render_stats(state),
         cards.render_cards(state, me),
         cards.render_step_log(state, me),
         render_inspector(detail, deltas, rid) if rid else gr.skip(),
         cards.render_scoreboard(state),
-        *(figs.get(k, gr.skip()) for k in PLOT_KEYS),
+        *out,
     ]
 
 
@@ -127,6 +151,7 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
     k0 = _scenario_knobs(driver, sc0)
     with gr.Blocks(title="Continuous batching playground") as demo:
         seen = gr.State(-1)  # the board version this session drew last
+        sent = gr.State({})  # chart -> revision this session has
         with gr.Row(elem_classes="pg-top"):
             gr.HTML(INTRO)
             stats = gr.HTML(elem_id="pg-stats")
@@ -228,15 +253,15 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
             cmp_batch0,
             cmp_batch1,
         ]
-        board_outputs = [seen, stats, board, log, inspector, scoreboard, *plots]
+        board_outputs = [seen, sent, stats, board, log, inspector, scoreboard, *plots]
 
-        def refresh_board(last_seen: int, rid: str | None, request: gr.Request):
+        def refresh_board(last_seen: int, charts_sent: dict, rid: str | None, request: gr.Request):
             state = driver.state()
             if state.version == last_seen:
                 return [gr.skip()] * len(board_outputs)
             me = cards.visitor_owner(request.session_hash)
             deltas = driver.deltas(rid) if rid else ()
-            return board_values(state, cache, me, rid, deltas)
+            return board_values(state, cache, me, rid, deltas, charts_sent)
 
         def pick_scenario(key: str):
             return _scenario_knobs(driver, SCENARIOS[key])[1:]
@@ -338,11 +363,15 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
             driver.abort_owner(cards.visitor_owner(request.session_hash))
 
         def first_view(request: gr.Request):
-            return refresh_board(-1, None, request)
+            return refresh_board(-1, {}, None, request)
 
         # -- wiring ---------------------------------------------------------------------------
         timer.tick(
-            refresh_board, [seen, inspect_rid], board_outputs, show_progress="hidden", queue=False
+            refresh_board,
+            [seen, sent, inspect_rid],
+            board_outputs,
+            show_progress="hidden",
+            queue=False,
         )
         demo.load(first_view, None, board_outputs, show_progress="hidden")
         demo.unload(leave)

@@ -100,9 +100,41 @@ def test_timeout_finishes_with_timeout(engine):
     assert_no_leak(engine)
 
 
-def test_a_failing_forward_errors_its_batch_and_the_engine_serves_on(engine, monkeypatch):
-    real = engine.runner.execute
-    calls = {"n": 0}
+POISON = 777  # a token id whose presence in a forward makes the (wrapped) model raise
+
+
+@pytest.fixture
+def poisoned_engine(llama_pair, tokenizer, monkeypatch):
+    engine = make_engine(llama_pair[0], tokenizer)
+    real = engine.runner.model.forward
+
+    def forward(input_ids=None, **kwargs):
+        if (input_ids == POISON).any():
+            raise RuntimeError("injected fault")
+        return real(input_ids=input_ids, **kwargs)
+
+    monkeypatch.setattr(engine.runner.model, "forward", forward)
+    return engine
+
+
+def test_a_failing_request_errors_alone_and_its_batch_mates_go_on(poisoned_engine, llama_pair):
+    engine = poisoned_engine
+    good = [f"good{i}" for i in range(3)]
+    requests = [(rid, f"A healthy prompt {rid}", GREEDY) for rid in good]
+    requests.insert(1, ("bad", [10, 11, POISON, 12], GREEDY))
+    finals = run_staggered(engine, requests, every=1)
+    assert finals["bad"].stop_reason == StopReason.ERROR
+    checker = GreedyChecker(llama_pair[1])
+    for rid in good:
+        assert finals[rid].stop_reason == StopReason.MAX_TOKENS
+        checker.check(finals[rid].prompt_token_ids, finals[rid].token_ids, 16)
+    assert_no_leak(engine)
+    assert engine.snapshot().totals.stop_reasons["error"] == 1
+
+
+def test_a_transient_fault_loses_nothing(llama_pair, tokenizer, monkeypatch):
+    engine = make_engine(llama_pair[0], tokenizer)
+    real, calls = engine.runner.execute, {"n": 0}
 
     def flaky(*args):
         calls["n"] += 1
@@ -111,6 +143,25 @@ def test_a_failing_forward_errors_its_batch_and_the_engine_serves_on(engine, mon
         return real(*args)
 
     monkeypatch.setattr(engine.runner, "execute", flaky)
+    outs = engine.generate(["first", "second"], GREEDY)
+    assert [o.stop_reason for o in outs] == [StopReason.MAX_TOKENS] * 2
+    checker = GreedyChecker(llama_pair[1])
+    for o in outs:
+        checker.check(o.prompt_token_ids, o.token_ids, 16)
+    assert_no_leak(engine)
+
+
+def test_a_failing_sampler_errors_the_batch_and_the_engine_serves_on(engine, monkeypatch):
+    real, calls = engine.sampler.__call__, {"n": 0}
+
+    class Flaky:
+        def __call__(self, logits, seqs):
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise RuntimeError("injected sampler fault")
+            return real(logits, seqs)
+
+    monkeypatch.setattr(engine, "sampler", Flaky())
     engine.add_request("a", "first", GREEDY)
     engine.add_request("b", "second", GREEDY)
     finals = run_staggered(engine, [])

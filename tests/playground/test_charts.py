@@ -1,5 +1,6 @@
 """Charts from hand-made snapshots: the traces and the values they carry."""
 
+import json
 import time
 
 import pytest
@@ -120,15 +121,26 @@ def test_empty_snapshot_draws_every_chart():
 
 
 def test_charts_of_a_full_board_are_cheap():
-    """32 users and 500 steps: every figure built and serialized well under a tick."""
+    """32 users and 500 steps: every chart's JSON (what the board sends) well under a tick."""
     snap = busy_board().snapshot
-    fns = (charts.queue_figure, charts.batch_figure, charts.timeline_figure,
-           charts.stop_reason_figure, charts.kv_block_figure, charts.latency_figure,
-           charts.throughput_figure)  # fmt: skip
+    fns = (charts.queue_spec, charts.batch_spec, charts.timeline_spec, charts.stop_reason_spec,
+           charts.kv_block_spec, charts.latency_spec, charts.throughput_spec)  # fmt: skip
     best = float("inf")
     for _ in range(3):
         t0 = time.perf_counter()
         for fn in fns:
-            fn(snap).to_json()
+            charts.as_json(fn(snap))
         best = min(best, time.perf_counter() - t0)
-    assert best < 0.1, f"{best * 1000:.0f} ms"  # measured ~12 ms; loose for a busy CI box
+    assert best < 0.05, f"{best * 1000:.0f} ms"  # ~2 ms on an idle core; loose for CI
+
+
+def test_spec_json_is_the_figure_json():
+    snap = busy_board(num_users=3, num_steps=10).snapshot
+    spec = charts.batch_spec(snap)
+    from_json = json.loads(charts.as_json(spec))
+    from_fig = json.loads(charts.batch_figure(snap).to_json())
+    assert from_json["data"] == from_fig["data"]
+    assert len(from_json["data"][0]["y"]) == len(snap.steps)
+    assert len(charts.batch_spec(busy_board(num_steps=500).snapshot)["data"][0]["x"]) == (
+        charts.MAX_CHART_STEPS
+    )
