@@ -1,7 +1,7 @@
 """A small vLLM-style inference engine: continuous batching over a paged KV cache."""
 
 from engine.config import EngineConfig
-from engine.llm_engine import LLMEngine
+from engine.llm_engine import LLMEngine, QueueFullError
 from engine.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.sequence import SequenceStatus, StopReason
@@ -13,6 +13,7 @@ __all__ = [
     "EngineSnapshot",
     "LLMEngine",
     "Logprob",
+    "QueueFullError",
     "RequestMetrics",
     "RequestOutput",
     "SamplingParams",

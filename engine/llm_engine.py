@@ -26,6 +26,10 @@ from engine.telemetry import EngineSnapshot, StepEvent, StepRecord, Telemetry
 
 logger = logging.getLogger(__name__)
 
+class QueueFullError(ValueError):
+    """add_request refused a request because max_waiting requests already wait."""
+
+
 MAX_FINISHED_KEPT = 256  # finished requests the snapshot still shows
 DEFAULT_MAX_MODEL_LEN = 2048  # when the model config names no context window
 
@@ -115,7 +119,7 @@ class LLMEngine:
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise ValueError(f"priority must be an int, got {priority!r}")
         if len(self.scheduler.waiting) >= self.config.max_waiting:
-            raise ValueError(
+            raise QueueFullError(
                 f"the waiting queue is full (max_waiting={self.config.max_waiting}); retry later"
             )
         prompt_text, token_ids = tokenize_prompt(self.tokenizer, prompt)

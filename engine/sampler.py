@@ -1,15 +1,19 @@
 """Sampler: next tokens from the last-position logits of every sampled sequence.
 
-Greedy rows take the argmax. Other rows go through temperature, top-k, top-p and min-p, then
-draw from a torch.Generator: the sequence's own when it has a seed (so its tokens do not
-depend on what else shares the batch), else the engine's shared one. Logprobs are those of
-the model's distribution (after repetition penalty, before temperature and filtering).
+Greedy rows take the argmax. Other rows go through temperature, top-k, top-p and min-p and
+draw by inverse CDF with one uniform number from a torch.Generator: the sequence's own when
+it has a seed (so its tokens do not depend on what else shares the batch), else the engine's
+shared one. Every step is batched over rows: a few large ops beat many small ones on a CPU.
+Logprobs are those of the model's distribution (after repetition penalty, before
+temperature and filtering).
 """
 
 import torch
 
 from engine.outputs import Logprob
 from engine.sequence import Sequence
+
+TOP_WINDOW = 1024  # top-k / top-p look at the best tokens first; a full sort only if needed
 
 
 class Sampler:
@@ -36,53 +40,85 @@ class Sampler:
         token_ids = logits.argmax(dim=-1)  # greedy rows are done
         rows = [i for i, s in enumerate(seqs) if not s.params.is_greedy]
         if rows:
-            probs = self._filtered_probs(logits[rows], [seqs[i].params for i in rows])
-            for j, i in enumerate(rows):
-                gen = seqs[i].generator or self.generator
-                token_ids[i] = torch.multinomial(probs[j], 1, generator=gen)[0]
+            probs = filtered_probs(logits[rows], [seqs[i].params for i in rows])  # (r, vocab)
+            u = torch.stack(
+                [torch.rand((), generator=seqs[i].generator or self.generator) for i in rows]
+            )
+            cdf = probs.cumsum(dim=-1)
+            picked = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(1), right=True)
+            token_ids[rows] = picked.squeeze(1).clamp_(max=logits.shape[-1] - 1)
         chosen = token_ids.tolist()
-        return [
-            (tok, self._logprobs(logits[i], tok, seq.params.logprobs))
-            for i, (tok, seq) in enumerate(zip(chosen, seqs, strict=True))
-        ]
+        logprobs: list[dict[int, Logprob] | None] = [None] * len(seqs)
+        wanted = [i for i, s in enumerate(seqs) if s.params.logprobs is not None]
+        if wanted:
+            found = self._logprobs(logits[wanted], token_ids[wanted], seqs, wanted)
+            for i, lp in zip(wanted, found, strict=True):
+                logprobs[i] = lp
+        return list(zip(chosen, logprobs, strict=True))
 
-    def _filtered_probs(self, logits: torch.Tensor, params: list) -> torch.Tensor:
-        temps = torch.tensor([p.temperature for p in params]).unsqueeze(1)
-        logits = logits / temps  # (rows, vocab)
-        vocab = logits.shape[-1]
-        if any(p.top_k or p.top_p < 1.0 for p in params):
-            sorted_logits, order = logits.sort(dim=-1, descending=True)
-            ks = torch.tensor([p.top_k if 0 < p.top_k < vocab else vocab for p in params])
-            cut = torch.arange(vocab).unsqueeze(0) >= ks.unsqueeze(1)  # beyond top-k
-            sorted_probs = sorted_logits.masked_fill(cut, float("-inf")).softmax(dim=-1)
-            top_ps = torch.tensor([p.top_p for p in params]).unsqueeze(1)
-            cut |= (sorted_probs.cumsum(dim=-1) - sorted_probs) > top_ps  # keeps at least one
-            sorted_logits = sorted_logits.masked_fill(cut, float("-inf"))
-            logits = torch.empty_like(logits).scatter_(-1, order, sorted_logits)
-        probs = logits.softmax(dim=-1)
-        min_ps = torch.tensor([p.min_p for p in params]).unsqueeze(1)
-        if (min_ps > 0).any():
-            probs = probs.masked_fill(probs < min_ps * probs.max(dim=-1, keepdim=True).values, 0)
-        return probs
-
-    def _logprobs(self, logits: torch.Tensor, token_id: int, k: int | None):
-        if k is None:
-            return None
-        logprobs = logits.log_softmax(dim=-1)  # (vocab,)
-        chosen = logprobs[token_id].item()
-        result = {
-            token_id: Logprob(chosen, int((logprobs > chosen).sum()) + 1, self._piece(token_id))
-        }
-        if k:
-            top = logprobs.topk(k)
-            for rank, (lp, tok) in enumerate(
-                zip(top.values.tolist(), top.indices.tolist(), strict=False), 1
-            ):
-                result.setdefault(tok, Logprob(lp, rank, self._piece(tok)))
+    def _logprobs(self, logits, token_ids, seqs, rows) -> list[dict[int, Logprob]]:
+        logprobs = logits.log_softmax(dim=-1)  # (r, vocab)
+        chosen = logprobs.gather(1, token_ids.unsqueeze(1))  # (r, 1)
+        ranks = ((logprobs > chosen).sum(dim=-1) + 1).tolist()
+        k = max(seqs[i].params.logprobs for i in rows)
+        top = logprobs.topk(k) if k else None
+        result = []
+        for j, i in enumerate(rows):
+            tok, lp = token_ids[j].item(), chosen[j, 0].item()
+            entry = {tok: Logprob(lp, ranks[j], self._piece(tok))}
+            for rank in range(seqs[i].params.logprobs):
+                alt = top.indices[j, rank].item()
+                entry.setdefault(
+                    alt, Logprob(top.values[j, rank].item(), rank + 1, self._piece(alt))
+                )
+            result.append(entry)
         return result
 
     def _piece(self, token_id: int) -> str:
         return self.tokenizer.decode([token_id])
+
+
+def filtered_probs(logits: torch.Tensor, params: list) -> torch.Tensor:
+    """Temperature, then top-k, top-p and min-p: the distribution each row samples from."""
+    temps = torch.tensor([p.temperature for p in params]).unsqueeze(1)
+    logits = logits / temps  # (r, vocab)
+    vocab = logits.shape[-1]
+    top_k = torch.tensor([p.top_k if 0 < p.top_k < vocab else vocab for p in params])
+    top_p = torch.tensor([p.top_p for p in params])
+    if bool((top_k < vocab).any() or (top_p < 1.0).any()):
+        logits = _top_k_top_p(logits, top_k, top_p)
+    probs = logits.softmax(dim=-1)
+    min_p = torch.tensor([p.min_p for p in params]).unsqueeze(1)
+    if bool((min_p > 0).any()):
+        probs = probs.masked_fill(probs < min_p * probs.max(dim=-1, keepdim=True).values, 0)
+    return probs
+
+
+def _top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """-inf outside each row's top-k and nucleus; rows without either come back unchanged."""
+    vocab = logits.shape[-1]
+    window = min(vocab, max(TOP_WINDOW, max(top_k[top_k < vocab].tolist(), default=0)))
+    values, order = logits.topk(window, dim=-1)  # (r, window), best first
+    cut = _cut(values, top_k, top_p, logits.logsumexp(-1, keepdim=True))
+    spills = (top_k == vocab) & (top_p < 1.0) & ~cut[:, -1]  # nucleus may go past the window
+    if window < vocab and bool(spills.any()):
+        values, order = logits.sort(dim=-1, descending=True)
+        cut = _cut(values, top_k, top_p, logits.logsumexp(-1, keepdim=True))
+    filtered = torch.full_like(logits, float("-inf"))
+    filtered.scatter_(-1, order, values.masked_fill(cut, float("-inf")))
+    untouched = ((top_k == vocab) & (top_p >= 1.0)).unsqueeze(1)
+    return torch.where(untouched, logits, filtered)
+
+
+def _cut(values, top_k, top_p, lse_all) -> torch.Tensor:
+    """Which of the sorted `values` (r, w) fall outside top-k, then outside the top-p mass."""
+    cut = torch.arange(values.shape[-1]).unsqueeze(0) >= top_k.unsqueeze(1)
+    values = values.masked_fill(cut, float("-inf"))
+    # top-k renormalises over its k tokens (all inside `values`); else the whole vocabulary.
+    limited = cut.any(dim=-1, keepdim=True)
+    lse = torch.where(limited, values.logsumexp(-1, keepdim=True), lse_all)
+    probs = (values - lse).exp()
+    return cut | ((probs.cumsum(dim=-1) - probs) > top_p.unsqueeze(1))  # keeps the best token
 
 
 def apply_repetition_penalty(logits: torch.Tensor, token_ids: list[int], penalty: float) -> None:

@@ -297,3 +297,41 @@ def test_logprobs_per_row(sampler, char_tokenizer):
     assert len(l0) == 2 and l1 is None and set(l2) == {t2}
     assert l0[t0].logprob == pytest.approx(logits[0].log_softmax(-1)[t0].item(), abs=1e-5)
     assert l2[t2].logprob == pytest.approx(logits[2].log_softmax(-1)[t2].item(), abs=1e-5)
+
+
+def _reference_filtered_probs(logits, params):
+    """Straightforward full-sort top-k -> top-p -> min-p, one row at a time."""
+    rows = []
+    for row, p in zip(logits, params, strict=True):
+        row = row / p.temperature
+        values, order = row.sort(descending=True)
+        k = p.top_k if 0 < p.top_k < row.numel() else row.numel()
+        values[k:] = float("-inf")
+        probs = values.softmax(-1)
+        values[(probs.cumsum(-1) - probs) > p.top_p] = float("-inf")
+        out = torch.full_like(row, float("-inf")).scatter(0, order, values).softmax(-1)
+        if p.min_p > 0:
+            out = out.masked_fill(out < p.min_p * out.max(), 0)
+        rows.append(out)
+    return torch.stack(rows)
+
+
+def test_windowed_top_k_top_p_equals_a_full_sort_in_mixed_batches():
+    from engine.sampler import filtered_probs
+
+    torch.manual_seed(0)
+    vocab = 5000
+    peaked = torch.randn(3, vocab) * 8  # the nucleus fits the window
+    flat = torch.randn(3, vocab) * 0.01  # the nucleus spills out of it
+    logits = torch.cat([peaked, flat])
+    params = [
+        SamplingParams(top_p=0.9),
+        SamplingParams(top_k=50, top_p=0.5, temperature=0.7),
+        SamplingParams(),  # unfiltered next to filtered rows
+        SamplingParams(top_p=0.95),
+        SamplingParams(top_k=2000, min_p=0.5),
+        SamplingParams(top_k=3),
+    ]
+    expected = _reference_filtered_probs(logits.clone(), params)
+    got = filtered_probs(logits.clone(), params)
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-7)

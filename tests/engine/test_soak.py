@@ -1,0 +1,93 @@
+"""Soak: 1,000 random requests with aborts, timeouts and preemption; nothing lost or leaked."""
+
+import random
+
+from engine import SamplingParams, StopReason
+from tests.engine.kit import GreedyChecker, assert_no_leak, make_engine
+
+NUM_REQUESTS = 1000
+WORDS = ["batch", "token", "KV", "café", "naïve", "你好", "世界", "🚀", "🙂", "Ω", "ß", "\n", "  "]
+
+
+def random_prompt(rng: random.Random, max_len: int):
+    kind = rng.random()
+    if kind < 0.45:  # unicode text
+        return " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 30))) + " x"
+    if kind < 0.5:  # very long: close to the context window
+        return [rng.randrange(3, 49152) for _ in range(rng.randint(max_len // 2, max_len - 2))]
+    if kind < 0.75:  # chat messages
+        return [{"role": "user", "content": rng.choice(WORDS) + " please"}]
+    return [rng.randrange(3, 49152) for _ in range(rng.randint(1, 60))]
+
+
+def random_params(rng: random.Random) -> SamplingParams:
+    return SamplingParams(
+        max_tokens=rng.randint(1, 24),
+        temperature=rng.choice([0.0, 0.7, 1.0, 1.5]),
+        top_k=rng.choice([0, 1, 20]),
+        top_p=rng.choice([1.0, 0.9, 0.5]),
+        min_p=rng.choice([0.0, 0.05]),
+        repetition_penalty=rng.choice([1.0, 1.2]),
+        stop=rng.choice([[], ["a"], ["🚀", "\n"]]),
+        n=rng.choice([1, 1, 1, 2, 3]),
+        seed=rng.choice([None, rng.randrange(1000)]),
+        logprobs=rng.choice([None, 0, 3]),
+        ignore_eos=rng.random() < 0.5,
+    )
+
+
+def test_soak_thousand_requests(llama_pair, tokenizer):
+    rng = random.Random(1234)
+    engine = make_engine(
+        llama_pair[0], tokenizer, num_kv_blocks=48, max_num_batched_tokens=64, max_num_seqs=16,
+        max_model_len=160,
+    )  # fmt: skip
+    greedy = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    added, finished, greedy_ids = [], {}, []
+    aborts: dict[int, list[str]] = {}  # step -> requests to abort then
+    num_aborted = num_timeouts = 0
+    steps = 0
+    while len(finished) < NUM_REQUESTS:
+        for _ in range(rng.choice([0, 0, 1, 1, 2, 5]) if len(added) < NUM_REQUESTS else 0):
+            rid = f"r{len(added)}"
+            roll = rng.random()
+            if roll < 0.1:
+                params, prompt = greedy, [rng.randrange(3, 49152) for _ in range(rng.randint(1, 40))]
+                greedy_ids.append(rid)
+            else:
+                params, prompt = random_params(rng), random_prompt(rng, 160)
+                if roll < 0.15:
+                    params.timeout_s = rng.uniform(0.001, 0.05)
+                    num_timeouts += 1
+            engine.add_request(rid, prompt, params)
+            added.append(rid)
+            if rid not in greedy_ids and rng.random() < 0.2:
+                aborts.setdefault(steps + rng.randint(0, 20), []).append(rid)
+        for rid in aborts.pop(steps, []):
+            num_aborted += engine.abort_request(rid)  # False if it already finished
+        for out in engine.step():
+            if out.finished:
+                assert out.request_id not in finished, f"{out.request_id} finished twice"
+                assert all(c.stop_reason is not None for c in out.outputs)
+                finished[out.request_id] = out
+        steps += 1
+        live = [s for g in engine.groups.values() for s in g.seqs if not s.is_finished]
+        engine.block_manager.check_invariants(live)
+        assert steps < 50_000
+    assert sorted(finished) == sorted(added)
+    reasons = engine.snapshot().totals.stop_reasons
+    assert reasons.get("cancelled", 0) == num_aborted > 100
+    assert reasons.get("timeout", 0) > 0 and engine.snapshot().totals.num_preemptions > 0
+    assert_no_leak(engine)
+    checker = GreedyChecker(llama_pair[1])
+    for rid in greedy_ids:
+        out = finished[rid]
+        if out.stop_reason == StopReason.MAX_TOKENS:
+            checker.check(out.prompt_token_ids, out.token_ids, 12)
+    assert checker.num_exact + checker.num_near_ties >= len(greedy_ids) * 0.5
+    print(
+        f"soak: {len(added)} requests, {steps} steps, {num_aborted} aborted, "
+        f"{reasons.get('timeout', 0)} timeouts, {engine.snapshot().totals.num_preemptions} "
+        f"preemptions, {checker.num_exact} greedy exact, {checker.num_near_ties} near-ties, "
+        f"stop reasons {reasons}"
+    )
