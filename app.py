@@ -18,6 +18,7 @@ import uvicorn  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
 
 from engine import EngineConfig, LLMEngine  # noqa: E402
+from playground.api import register_api  # noqa: E402
 from playground.driver import EngineDriver  # noqa: E402
 from playground.scenarios import SCENARIOS  # noqa: E402
 from playground.ui import build_ui, load_css  # noqa: E402
@@ -94,6 +95,7 @@ def create_app(driver: EngineDriver) -> FastAPI:
             "tokens_per_s": round(snap.totals.tokens_per_s, 2),  # of engine busy time
         }
 
+    register_api(app, driver)  # /v1 (OpenAI-compatible) and /metrics, before the mount
     demo = build_ui(driver)
     theme = gr.themes.Soft(primary_hue="indigo", neutral_hue="slate")
     return gr.mount_gradio_app(app, demo, path="/", css=load_css(), theme=theme, footer_links=[])

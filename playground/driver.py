@@ -19,6 +19,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
 
 from engine import EngineConfig, LLMEngine, RequestOutput, StopReason
@@ -26,6 +27,7 @@ from engine.telemetry import EngineSnapshot, RequestDetail
 from playground.board import BoardState, LaneStats
 from playground.lanes import Lane
 from playground.requests import (
+    Ledger,
     RequestHandle,
     RequestRecord,
     RequestRejected,
@@ -46,8 +48,6 @@ log = logging.getLogger(__name__)
 
 MAIN_LANE = "main"
 COMPARE_LANES = ("continuous", "static")  # the first one is followed by handles and cards
-MAX_RECORDS = 256  # finished requests kept in the ledger (live ones are always kept)
-MAX_DELTAS = 2048  # per request, for the inspector
 MAX_WATCHED = 8  # requests whose RequestDetail is refreshed after every step
 PUBLISH_INTERVAL = 0.05  # s; flat out, a BoardState at most 20 times a second
 IDLE_WAIT = 0.05  # s between looks at the inbox when there is nothing to step
@@ -82,8 +82,7 @@ class EngineDriver:
         self._paused = False
         self._clock_base, self._running_since = 0.0, time.monotonic()
         self._workload = None
-        self._records: OrderedDict[str, RequestRecord] = OrderedDict()
-        self._deltas: dict[str, list[tuple[int, str]]] = {}
+        self._ledger = Ledger()  # the first lane's recent requests
         self._handles: dict[str, RequestHandle] = {}
         self._watched: OrderedDict[str, None] = OrderedDict()
         self._details: dict[str, RequestDetail] = {}
@@ -128,8 +127,9 @@ class EngineDriver:
         """Queue a request; outputs stream through the returned handle.
 
         wait=True blocks until the driver has handed it to the engine and raises
-        RequestRejected (a ValueError) if the engine refused it; otherwise a refusal is
-        raised by the handle's first get().
+        RequestRejected (a ValueError) if the engine refused it, or
+        concurrent.futures.TimeoutError if the driver did not get to it within `timeout`
+        (the request is then dropped). Otherwise a refusal is raised by the handle's get().
         """
         handle = RequestHandle(request_id or self._next_id(), owner)
         self._call(lambda: self._add_request(handle, prompt, params, priority), wait, timeout)
@@ -143,9 +143,8 @@ class EngineDriver:
         """Cancel every live request of one owner (a visitor who left)."""
 
         def run():
-            for rid in [r.request_id for r in self._records.values() if r.owner == owner]:
-                if not self._records[rid].finished:
-                    self._abort(rid)
+            for rid in self._ledger.live_of(owner):
+                self._abort(rid)
 
         self._call(run, wait=False)
 
@@ -228,7 +227,7 @@ class EngineDriver:
 
     def deltas(self, request_id: str) -> tuple[tuple[int, str], ...]:
         """(step, delta) in the order the request's outputs were sent."""
-        return tuple(self._deltas.get(request_id, ()))
+        return self._ledger.deltas(request_id)
 
     def watch(self, request_id: str) -> None:
         """Keep this request's RequestDetail fresh in BoardState.details (inspector)."""
@@ -258,7 +257,13 @@ class EngineDriver:
         fut: Future = Future()
         self._inbox.put((fn, fut))
         self._wake.set()
-        return fut.result(timeout) if wait else None
+        if not wait:
+            return None
+        try:
+            return fut.result(timeout)
+        except FutureTimeout:
+            fut.cancel()  # still in the inbox: it will not run (a running one finishes)
+            raise
 
     def _drain_inbox(self) -> None:
         while True:
@@ -266,6 +271,8 @@ class EngineDriver:
                 fn, fut = self._inbox.get_nowait()
             except queue.Empty:
                 return
+            if not fut.set_running_or_notify_cancel():
+                continue  # its caller timed out and gave up
             self._dirty = True
             try:
                 fut.set_result(fn())
@@ -287,14 +294,13 @@ class EngineDriver:
             for lane in added:  # a later lane refused: keep the lanes equal
                 lane.engine.abort_request(rid)
             error = RequestRejected(str(exc))
-            self._remember(replace(record, finished=True, error=str(exc)))
+            self._ledger.put(replace(record, finished=True, error=str(exc)))
             if handle is not None:
                 handle._queue.put(error)
             raise error from exc
         for lane in self._lanes:
             lane.add(rid)
-        self._remember(record)
-        self._deltas[rid] = []
+        self._ledger.put(record)
         if handle is not None:
             self._handles[rid] = handle
         return rid
@@ -314,15 +320,6 @@ class EngineDriver:
             if request_id in lane.live:
                 lane.engine.abort_request(request_id)
 
-    def _remember(self, record: RequestRecord) -> None:
-        self._records[record.request_id] = record
-        if len(self._records) > MAX_RECORDS:
-            for rid in [r.request_id for r in self._records.values() if r.finished]:
-                if len(self._records) <= MAX_RECORDS:
-                    break
-                del self._records[rid]
-                self._deltas.pop(rid, None)
-
     def _reset(self, config, compare: bool, workload) -> None:
         cfg = config or self.base_config
         if compare and cfg.num_kv_blocks is None:  # two pools sized from free memory won't fit
@@ -336,8 +333,7 @@ class EngineDriver:
         lanes = [Lane(n, self._factory(c)) for n, c in zip(names, configs, strict=True)]
         self._close_handles(StopReason.CANCELLED)
         self._lanes = lanes
-        self._records.clear()
-        self._deltas.clear()
+        self._ledger.clear()
         self._watched.clear()
         self._details.clear()
         self._workload = workload
@@ -346,7 +342,7 @@ class EngineDriver:
 
     def _close_handles(self, reason: StopReason) -> None:
         for rid, handle in list(self._handles.items()):
-            record = self._records.get(rid)
+            record = self._ledger.get(rid)
             handle._queue.put(final_output(rid, record.text if record else "", reason))
         self._handles.clear()
 
@@ -387,35 +383,18 @@ class EngineDriver:
         if not is_first:
             return error is not None
         for out in outs:
-            record = self._records.get(out.request_id)
+            record = self._ledger.get(out.request_id)
             if error is not None and record is not None:  # keep what was streamed so far
                 out = final_output(out.request_id, record.text, StopReason.ERROR)
-                record = replace(record, error=f"{type(error).__name__}: {error}")
-                self._records[out.request_id] = record
+                self._ledger.put(replace(record, error=f"{type(error).__name__}: {error}"))
             self._route(out, lane.step)
         return error is not None
 
     def _route(self, out: RequestOutput, step: int) -> None:
         rid = out.request_id
-        record = self._records.get(rid)
-        if record is not None:
-            first = out.outputs[0]
-            keep = first.logprobs is not None
-            self._records[rid] = replace(
-                record,
-                text=first.text,
-                num_output_tokens=len(first.token_ids),
-                stop_reason=first.stop_reason.value if first.stop_reason else None,
-                finished=out.finished,
-                token_ids=tuple(first.token_ids) if keep else None,
-                logprobs=tuple(first.logprobs) if keep else None,
-                ttft=out.metrics.ttft if out.metrics else None,
-            )
-            deltas = self._deltas.get(rid)
-            if deltas is not None and len(deltas) < MAX_DELTAS:
-                deltas.append((step, first.delta))
-            if rid in self._watched:
-                self._stale_details.add(rid)
+        self._ledger.update(out, step)
+        if rid in self._watched:
+            self._stale_details.add(rid)
         handle = self._handles.get(rid)
         if handle is not None:
             handle._queue.put(out)
@@ -462,7 +441,7 @@ class EngineDriver:
             lanes=tuple(lane.name for lane in self._lanes),
             snapshots={lane.name: lane.engine.snapshot() for lane in self._lanes},
             stats={lane.name: lane.stats() for lane in self._lanes},
-            records=tuple(self._records.values()),
+            records=self._ledger.records(),
             users=workload.views() if workload is not None else (),
             workload=workload.name if workload is not None else None,
             paused=self._paused,

@@ -1,8 +1,9 @@
-"""Requests as the playground sees them: the stream handle, the ledger record, refusals."""
+"""Requests as the playground sees them: the stream handle, the ledger and its records."""
 
 import queue
 import time
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, replace
 
 from engine import CompletionOutput, RequestMetrics, RequestOutput, StopReason
 
@@ -65,6 +66,70 @@ class RequestRecord:
     token_ids: tuple[int, ...] | None = None  # kept only when logprobs were asked
     logprobs: tuple | None = None  # per token dict[token_id -> Logprob]
     ttft: float | None = None
+
+
+class Ledger:
+    """The first lane's recent requests, as the board shows them.
+
+    Written by the driver thread only. Records are immutable and replaced on every output;
+    readers take `records()` (a tuple) or `deltas()` (a copy) and never see a torn record.
+    """
+
+    def __init__(self, max_records: int = 256, max_deltas: int = 2048):
+        self.max_records = max_records  # finished ones beyond this are forgotten, oldest first
+        self.max_deltas = max_deltas  # per request, for the inspector
+        self._records: OrderedDict[str, RequestRecord] = OrderedDict()
+        self._deltas: dict[str, list[tuple[int, str]]] = {}
+
+    def get(self, request_id: str) -> RequestRecord | None:
+        return self._records.get(request_id)
+
+    def put(self, record: RequestRecord) -> None:
+        """Add or replace a record (a new request, a refusal, an error)."""
+        if record.request_id not in self._records:
+            self._deltas[record.request_id] = []
+        self._records[record.request_id] = record
+        if len(self._records) > self.max_records:
+            for rid in [r.request_id for r in self._records.values() if r.finished]:
+                if len(self._records) <= self.max_records:
+                    break
+                del self._records[rid]
+                self._deltas.pop(rid, None)
+
+    def update(self, out, step: int) -> None:
+        """Fold a RequestOutput (sent at engine step `step`) into its record."""
+        record = self._records.get(out.request_id)
+        if record is None:
+            return
+        first = out.outputs[0]
+        keep = first.logprobs is not None
+        self._records[out.request_id] = replace(
+            record,
+            text=first.text,
+            num_output_tokens=len(first.token_ids),
+            stop_reason=first.stop_reason.value if first.stop_reason else None,
+            finished=out.finished,
+            token_ids=tuple(first.token_ids) if keep else None,
+            logprobs=tuple(first.logprobs) if keep else None,
+            ttft=out.metrics.ttft if out.metrics else None,
+        )
+        deltas = self._deltas[out.request_id]
+        if len(deltas) < self.max_deltas:
+            deltas.append((step, first.delta))
+
+    def live_of(self, owner: str) -> list[str]:
+        return [r.request_id for r in self._records.values() if r.owner == owner and not r.finished]
+
+    def records(self) -> tuple[RequestRecord, ...]:
+        """Oldest first."""
+        return tuple(self._records.values())
+
+    def deltas(self, request_id: str) -> tuple[tuple[int, str], ...]:
+        return tuple(self._deltas.get(request_id, ()))
+
+    def clear(self) -> None:
+        self._records.clear()
+        self._deltas.clear()
 
 
 def preview(prompt, limit: int = 300) -> str:

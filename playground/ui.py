@@ -81,46 +81,46 @@ def _figures(state: BoardState) -> dict[str, PlotData]:
     return {k: PlotData(type="plotly", plot=charts.as_json(v)) for k, v in specs.items()}
 
 
-PLOT_KEYS = (
-    "queue",
-    "batch",
-    "timeline",
-    "kv",
-    "stops",
-    "latency",
-    "tput",
-    "cmp_queue0",
-    "cmp_queue1",
-    "cmp_batch0",
-    "cmp_batch1",
-)
+PLOT_KEYS = ("queue", "batch", "timeline", "kv", "stops", "latency", "tput")  # fmt: skip
+COMPARE_KEYS = ("cmp_queue0", "cmp_queue1", "cmp_batch0", "cmp_batch1")
 
 
-def board_values(
-    state: BoardState, cache: FigureCache, me: str | None, rid, deltas, sent: dict | None = None
-) -> list:
-    """What one timer tick returns: version, charts sent, stats, cards, log, inspector,
-    scoreboard, then the plots (gr.skip() for those the session already has, per `sent`)."""
+def _plots(state: BoardState, cache: FigureCache, keys, sent: dict | None) -> tuple[dict, list]:
+    """The charts this session lacks (gr.skip() for the others) and its updated `sent`."""
     plots, revisions = cache.get(state)
     sent = dict(sent or {})
     out = []
-    for key in PLOT_KEYS:
+    for key in keys:
         if key in plots and sent.get(key) != revisions[key]:
             out.append(plots[key])
             sent[key] = revisions[key]
         else:
             out.append(gr.skip())
+    return sent, out
+
+
+def board_values(
+    state: BoardState, cache: FigureCache, me: str | None, rid, deltas, sent: dict | None = None
+) -> list:
+    """A redraw: charts sent, stats, cards, log, inspector, scoreboard, then the plots
+    (gr.skip() for those the session already has, per `sent`)."""
+    sent, plots = _plots(state, cache, PLOT_KEYS, sent)
     detail = state.details.get(rid) if rid else None
     return [
-        state.version,
         sent,
         cards.render_stats(state),
         cards.render_cards(state, me),
         cards.render_step_log(state, me),
         render_inspector(detail, deltas, rid) if rid else gr.skip(),
         cards.render_scoreboard(state),
-        *out,
+        *plots,
     ]
+
+
+def compare_values(state: BoardState, cache: FigureCache, sent: dict | None = None) -> list:
+    """A redraw of the compare tab's charts: charts sent, then the plots."""
+    sent, plots = _plots(state, cache, COMPARE_KEYS, sent)
+    return [sent, *plots]
 
 
 def _scenario_knobs(driver: EngineDriver, sc: Scenario) -> list:
@@ -150,8 +150,12 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
     sc0 = SCENARIOS[DEFAULT_SCENARIO]
     k0 = _scenario_knobs(driver, sc0)
     with gr.Blocks(title="Continuous batching playground") as demo:
-        seen = gr.State(-1)  # the board version this session drew last
+        # The timer only moves these two when the board changed; their .change events redraw.
+        # (A tick that returned gr.skip() for every output would cost Gradio ~1 ms each.)
+        version = gr.Number(-1, visible=False)
+        compare_version = gr.Number(-1, visible=False)
         sent = gr.State({})  # chart -> revision this session has
+        sent_compare = gr.State({})
         with gr.Row(elem_classes="pg-top"):
             gr.HTML(INTRO)
             stats = gr.HTML(elem_id="pg-stats")
@@ -164,10 +168,14 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
                 }
                 note = gr.HTML(k0[-1])
                 with gr.Row(elem_classes="pg-transport"):
-                    start_btn = gr.Button("▶ Start", variant="primary", size="sm", min_width=60)
-                    pause_btn = gr.Button("Pause", size="sm", min_width=60)
-                    step_btn = gr.Button("Step", size="sm", min_width=60)
-                    reset_btn = gr.Button("Reset", size="sm", variant="stop", min_width=60)
+                    start_btn = gr.Button(
+                        "▶ Start", variant="primary", size="sm", min_width=60, elem_id="pg-start"
+                    )
+                    pause_btn = gr.Button("Pause", size="sm", min_width=60, elem_id="pg-pause")
+                    step_btn = gr.Button("Step", size="sm", min_width=60, elem_id="pg-step")
+                    reset_btn = gr.Button(
+                        "Reset", size="sm", variant="stop", min_width=60, elem_id="pg-reset"
+                    )
                 pace0 = driver.state().pace
                 pace = gr.Dropdown(
                     PACES,
@@ -240,28 +248,25 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
 
         # -- callbacks ------------------------------------------------------------------------
         knobs = [scenario, num_users, arrival, rate, policy, compare, budget, max_seqs, kv_blocks]
-        plots = [
-            queue_plot,
-            batch_plot,
-            timeline_plot,
-            kv_plot,
-            stops_plot,
-            latency_plot,
-            tput_plot,
-            cmp_queue0,
-            cmp_queue1,
-            cmp_batch0,
-            cmp_batch1,
-        ]
-        board_outputs = [seen, sent, stats, board, log, inspector, scoreboard, *plots]
+        plots = [queue_plot, batch_plot, timeline_plot, kv_plot, stops_plot, latency_plot,
+                 tput_plot]  # fmt: skip
+        board_outputs = [sent, stats, board, log, inspector, scoreboard, *plots]
+        compare_outputs = [sent_compare, cmp_queue0, cmp_queue1, cmp_batch0, cmp_batch1]
 
-        def refresh_board(last_seen: int, charts_sent: dict, rid: str | None, request: gr.Request):
+        def tick(seen: float | None):
+            """Cheap: never waits for the driver; moves the versions only on a change."""
             state = driver.state()
-            if state.version == last_seen:
-                return [gr.skip()] * len(board_outputs)
+            if state.version == seen:
+                return gr.skip(), gr.skip()
+            return state.version, state.version if state.compare else gr.skip()
+
+        def redraw_board(_version, charts_sent: dict, rid: str | None, request: gr.Request):
             me = cards.visitor_owner(request.session_hash)
             deltas = driver.deltas(rid) if rid else ()
-            return board_values(state, cache, me, rid, deltas, charts_sent)
+            return board_values(driver.state(), cache, me, rid, deltas, charts_sent)
+
+        def redraw_compare(_version, charts_sent: dict):
+            return compare_values(driver.state(), cache, charts_sent)
 
         def pick_scenario(key: str):
             return _scenario_knobs(driver, SCENARIOS[key])[1:]
@@ -359,22 +364,31 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
                 else render_inspector(None, (), None)
             )
 
+        def set_pace(value: str):
+            try:
+                driver.set_pace(value)
+            except ValueError:
+                gr.Warning(f"pace must be 'max' or a number of steps per second, got {value!r}")
+
+        def generate(prompt: str, max_tokens: int = 64, temperature: float = 0.7) -> str:
+            """Text in, text out: the prompt (as a user turn) joins the board's batch."""
+            params = SamplingParams(max_tokens=int(max_tokens), temperature=float(temperature))
+            messages = [{"role": "user", "content": prompt}]
+            handle = driver.submit(messages, params, owner="gradio_client", wait=True)
+            return handle.result(timeout=600).text
+
         def leave(request: gr.Request):
             driver.abort_owner(cards.visitor_owner(request.session_hash))
 
-        def first_view(request: gr.Request):
-            return refresh_board(-1, {}, None, request)
-
         # -- wiring ---------------------------------------------------------------------------
-        timer.tick(
-            refresh_board,
-            [seen, sent, inspect_rid],
-            board_outputs,
-            show_progress="hidden",
-            queue=False,
-        )
-        demo.load(first_view, None, board_outputs, show_progress="hidden")
+        timer.tick(tick, version, [version, compare_version], show_progress="hidden", queue=False)
+        redraw = dict(show_progress="hidden", queue=False)
+        version.change(redraw_board, [version, sent, inspect_rid], board_outputs, **redraw)
+        compare_version.change(redraw_compare, [compare_version, sent_compare], compare_outputs,
+                               **redraw)  # fmt: skip
+        demo.load(tick, version, [version, compare_version], show_progress="hidden")
         demo.unload(leave)
+        gr.api(generate, api_name="generate", concurrency_limit=None)
         scenario.change(pick_scenario, scenario, knobs[1:] + [note], show_progress="hidden")
         start_btn.click(start, knobs, pause_btn)
         for key, btn in preset_buttons.items():
@@ -382,7 +396,7 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
         pause_btn.click(toggle_pause, None, pause_btn)
         step_btn.click(single_step, None, pause_btn)
         reset_btn.click(reset_board, [policy, budget, max_seqs, kv_blocks], pause_btn)
-        pace.change(lambda p: driver.set_pace(p), pace, None)
+        pace.change(set_pace, pace, None)
         send = [prompt, max_tokens, temperature, top_p, top_k, seed, stop, logprobs]
         send_btn.click(submit_prompt, send, [prompt, send_status])
         prompt.submit(submit_prompt, send, [prompt, send_status])

@@ -67,15 +67,20 @@ def server():
 
 
 @pytest.fixture(scope="module")
-def page(server):
+def browser(server):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1600, "height": 1000})
-        page.goto(server)
-        yield page
+        yield browser
         browser.close()
+
+
+@pytest.fixture(scope="module")
+def page(server, browser):
+    page = browser.new_page(viewport={"width": 1600, "height": 1000})
+    page.goto(server)
+    return page
 
 
 def _count(page, js: str) -> int:
@@ -88,6 +93,8 @@ STOP_BADGES = "() => document.querySelectorAll('.pg-badge[class*=\"pg-stop-\"]')
 MY_ANSWER = """() => { const c = document.querySelector('.pg-card.pg-mine');
     return c && c.querySelector('.pg-finished') ? c.querySelector('.pg-text').textContent : ''}"""
 PLOTS = "() => document.querySelectorAll('.pg-plot .js-plotly-plot .main-svg').length"
+OTHER_VISITOR = """(cls) => [...document.querySelectorAll('.pg-card')].some(c =>
+    c.querySelector('.pg-name').textContent.startsWith('Visitor ') && c.querySelector('.' + cls))"""
 
 
 def test_board_end_to_end(page, tmp_path):
@@ -107,9 +114,20 @@ def test_board_end_to_end(page, tmp_path):
     assert _count(page, STREAMING_USERS) >= 3
     assert page.locator(".pg-card.pg-mine .pg-badge[class*='pg-stop-']").count() == 1
     assert "step" in page.locator("#pg-log").inner_text()
-    time.sleep(3)  # let a few more tokens land for the picture
     shot = tmp_path / "screenshot.png"
     if os.environ.get("PLAYGROUND_UPDATE_SCREENSHOT"):
         shot = ROOT / "assets" / "screenshot.png"
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 50_000
+
+
+def test_a_visitor_who_leaves_has_their_request_cancelled(page, browser):
+    other = browser.new_context(viewport={"width": 1200, "height": 900}).new_page()
+    other.goto(page.url)
+    other.wait_for_selector("#pg-board .pg-cards", timeout=60_000)
+    other.fill("#pg-prompt textarea", "Write a very long story about a dragon who loves tea.")
+    other.click("#pg-send")
+    other.wait_for_function("() => document.querySelector('#pg-send-status').textContent"
+                            ".includes('Sent as')", timeout=30_000)  # fmt: skip
+    other.context.close()  # the tab goes away: demo.unload aborts what it left running
+    page.wait_for_function(f"() => ({OTHER_VISITOR})('pg-stop-cancelled')", timeout=60_000)

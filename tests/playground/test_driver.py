@@ -2,6 +2,7 @@
 
 import threading
 import time
+from concurrent.futures import TimeoutError as FutureTimeout
 
 import pytest
 
@@ -168,8 +169,11 @@ def test_inspect_and_watch(driver):
     detail = driver.inspect(handle.request_id)
     assert detail.request_id == handle.request_id
     assert len(detail.seqs[0].output_token_ids) == 6
-    state = _settled(driver, lambda s: s.details[handle.request_id].seqs[0].status == "finished")
-    watched = state.details[handle.request_id]
+    rid = handle.request_id
+    state = _settled(
+        driver, lambda s: rid in s.details and s.details[rid].seqs[0].status == "finished"
+    )
+    watched = state.details[rid]
     assert watched.seqs[0].status == "finished"
 
 
@@ -202,3 +206,17 @@ def test_stop_ends_open_streams(make_engine):
     driver.stop()
     assert not driver.is_alive
     assert handle.result(timeout=5).stop_reason == StopReason.CANCELLED
+
+
+def test_a_submit_that_times_out_is_dropped(make_engine):
+    driver = EngineDriver(make_engine(), start=False)  # nobody drains the inbox yet
+    try:
+        with pytest.raises(FutureTimeout):
+            driver.submit("too late", _params(2), wait=True, timeout=0.05)
+        driver.start()
+        handle = driver.submit("on time", _params(2), wait=True)
+        assert handle.result(timeout=30).finished
+        state = _settled(driver, lambda s: s.records and s.records[-1].finished)
+        assert [r.prompt for r in state.records] == ["on time"]
+    finally:
+        driver.stop()

@@ -8,7 +8,14 @@ from fastapi.testclient import TestClient
 from gradio.components.plot import PlotData
 
 import app
-from playground.ui import PLOT_KEYS, FigureCache, board_values, build_ui
+from playground.ui import (
+    COMPARE_KEYS,
+    PLOT_KEYS,
+    FigureCache,
+    board_values,
+    build_ui,
+    compare_values,
+)
 from tests.playground.factories import busy_board
 
 
@@ -61,10 +68,22 @@ def test_a_session_is_sent_only_the_charts_that_changed():
     cache = FigureCache()
     board = busy_board(num_users=4, num_steps=20, version=1)
     first = board_values(board, cache, None, None, ())
-    sent = first[1]
+    sent = first[0]
     assert sum(isinstance(v, PlotData) for v in first[-len(PLOT_KEYS) :]) == 7
     same_charts = replace(board, version=2, paused=True)  # new version, same charts
     again = board_values(same_charts, cache, None, None, (), sent)
     assert not any(isinstance(v, PlotData) for v in again[-len(PLOT_KEYS) :])
     other_session = board_values(same_charts, cache, None, None, (), {})
     assert sum(isinstance(v, PlotData) for v in other_session[-len(PLOT_KEYS) :]) == 7
+
+
+def test_compare_charts_are_drawn_only_in_compare_mode():
+    board = busy_board(num_users=4, num_steps=20)
+    cache = FigureCache()
+    assert not any(isinstance(v, PlotData) for v in compare_values(board, cache)[1:])
+    lanes = ("continuous", "static")
+    both = replace(board, version=2, lanes=lanes, snapshots=dict.fromkeys(lanes, board.snapshot),
+                   stats=dict.fromkeys(lanes, board.stats["main"]))  # fmt: skip
+    sent, *plots = compare_values(both, cache)
+    assert len(plots) == len(COMPARE_KEYS) and all(isinstance(v, PlotData) for v in plots)
+    assert set(sent) == set(COMPARE_KEYS)

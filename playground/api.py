@@ -1,0 +1,326 @@
+"""OpenAI-compatible routes on the playground's FastAPI app.
+
+`GET /v1/models`, `POST /v1/completions` and `POST /v1/chat/completions` (streamed as
+server-sent events with `stream: true`, ending with `data: [DONE]`). Every request goes
+through the shared EngineDriver with owner "api", so it shows on the board like a simulated
+user. Field mapping, error shapes and finish reasons are listed in README.md ("Use it from
+your own client"). `register_api` also adds `GET /metrics` (playground/metrics.py); the wire format
+itself (bodies, errors, response objects) is in playground/openai_protocol.py.
+"""
+
+import asyncio
+import json
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import aclosing
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import ValidationError
+
+from engine import SamplingParams
+from engine.request_input import tokenize_prompt
+from playground.driver import EngineDriver, RequestHandle, RequestRejected
+from playground.metrics import register_metrics
+from playground.openai_protocol import (
+    UNSUPPORTED,
+    APIError,
+    ChatCompletionRequest,
+    ChatMessage,
+    CompletionJob,
+    CompletionRequest,
+    RequestBody,
+    ResponseTracker,
+    not_ready,
+    queue_full,
+    served_model_name,
+    validation_error,
+)
+
+log = logging.getLogger(__name__)
+
+OWNER = "api"  # how the board labels these requests
+HEARTBEAT_S = 0.5  # a waiting non-streamed request checks for a gone client this often
+SUBMIT_TIMEOUT_S = 30.0  # for the driver to take the request
+START_TIME = time.time()  # the "created" of /v1/models
+COMPLETIONS_MAX_TOKENS = 16  # OpenAI's default; chat's default is the rest of the context
+DriverSource = EngineDriver | Callable[[], EngineDriver | None]
+
+
+# -- routes
+def register_api(
+    app: FastAPI, driver: DriverSource, model_name: str | None = None, metrics: bool = True
+) -> None:
+    """Add the /v1 routes (and GET /metrics) to `app`; call before mounting Gradio at "/".
+
+    `driver` is the EngineDriver, or a callable returning it (None while the model loads:
+    the routes answer 503 then). `model_name` defaults to the loaded model's name.
+    """
+    get_driver = driver if callable(driver) else (lambda: driver)
+
+    def ready() -> EngineDriver:
+        d = get_driver()
+        if d is None or not d.is_alive:
+            raise not_ready()
+        return d
+
+    def names(d: EngineDriver) -> tuple[str, ...]:
+        return (model_name or served_model_name(d.model), "default")
+
+    def check_model(d: EngineDriver, asked: str | None) -> str:
+        served = names(d)
+        if asked is not None and asked not in served:
+            message = f"The model `{asked}` does not exist; this server serves `{served[0]}`"
+            raise APIError(404, message, param="model", code="model_not_found")
+        return served[0]
+
+    @app.get("/v1/models")
+    def list_models():
+        try:
+            d = ready()
+        except APIError as exc:
+            return exc.response()
+        entry = {"id": names(d)[0], "object": "model", "created": int(START_TIME)}
+        entry.update(owned_by="cb-playground", max_model_len=d.config.max_model_len)
+        return {"object": "list", "data": [entry]}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        return await _serve(request, ChatCompletionRequest, ready, check_model)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        return await _serve(request, CompletionRequest, ready, check_model)
+
+    if metrics:
+        register_metrics(app, get_driver, lambda d: names(d)[0])
+
+
+async def _serve(request: Request, body_cls, ready, check_model):
+    try:
+        d = ready()
+        body = await _parse(request, body_cls)
+        model = check_model(d, body.model)
+        job = await asyncio.to_thread(_prepare, d, body, model)
+        handle = await asyncio.to_thread(_submit, d, job)
+    except APIError as exc:
+        return exc.response()
+    except Exception as exc:  # a bug, not the client's fault: still answer in OpenAI's shape
+        log.exception("API request failed")
+        return APIError(500, f"{type(exc).__name__}: {exc}", type="server_error").response()
+    tracker = ResponseTracker(job)
+    if body.stream:
+
+        def close():  # however the response ends: a client gone mid-stream aborts
+            if not tracker.finished:
+                d.abort(job.request_id)
+
+        return _EventStream(_stream(handle, tracker), on_close=close)
+    return await _respond(request, d, handle, tracker)
+
+
+async def _parse(request: Request, body_cls) -> RequestBody:
+    try:
+        data = json.loads(await request.body())
+    except ValueError as exc:
+        raise APIError(400, f"the body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise APIError(400, "the body must be a JSON object")
+    for name, unused in UNSUPPORTED.items():
+        if data.get(name) is not None and data[name] not in unused:
+            message = f"{name} is not supported by this engine"
+            raise APIError(400, message, param=name, code="unsupported_parameter")
+    try:
+        return body_cls.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc) from None
+
+
+def _prepare(d: EngineDriver, body: RequestBody, model: str) -> CompletionJob:
+    """Build the prompt and SamplingParams; APIError naming the field when they are bad."""
+    chat = isinstance(body, ChatCompletionRequest)
+    prompt_param = "messages" if chat else "prompt"
+    prompt = _chat_prompt(body.messages) if chat else _completion_prompt(body.prompt)
+    try:
+        _, token_ids = tokenize_prompt(d.tokenizer, prompt)
+    except ValueError as exc:
+        raise APIError(400, f"{prompt_param}: {exc}", param=prompt_param) from None
+    max_model_len = d.config.max_model_len
+    room = max_model_len - len(token_ids)
+    too_long = "context_length_exceeded"
+    if room < 1:
+        message = (
+            f"{prompt_param} has {len(token_ids)} tokens; this model's context is "
+            f"{max_model_len} tokens, and at least one must be left to generate"
+        )
+        raise APIError(400, message, param=prompt_param, code=too_long)
+    max_param = "max_completion_tokens" if chat and body.max_completion_tokens else "max_tokens"
+    max_tokens = (body.max_completion_tokens if chat else None) or body.max_tokens
+    if max_tokens is None:
+        max_tokens = room if chat else COMPLETIONS_MAX_TOKENS
+    if max_tokens > room:
+        message = (
+            f"{max_param} is {max_tokens}, but the prompt has {len(token_ids)} tokens and the "
+            f"context is {max_model_len}: at most {room} can be generated"
+        )
+        raise APIError(400, message, param=max_param, code=too_long)
+    if chat:
+        top = body.top_logprobs if body.logprobs else None
+    else:
+        top = body.logprobs
+    try:
+        params = SamplingParams(
+            max_tokens=max_tokens,
+            temperature=body.temperature,
+            top_p=body.top_p,
+            top_k=max(body.top_k, 0),
+            min_p=body.min_p,
+            repetition_penalty=body.repetition_penalty,
+            stop=body.stop,
+            stop_token_ids=body.stop_token_ids,
+            ignore_eos=body.ignore_eos,
+            n=body.n,
+            seed=body.seed,
+            logprobs=top,
+        )
+    except ValueError as exc:  # the message starts with the SamplingParams field
+        field = str(exc).split(" ", 1)[0]
+        param = "top_logprobs" if chat and field == "logprobs" else field
+        raise APIError(400, str(exc), param=param) from None
+    request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:10]}"  # OpenAI's style
+    return CompletionJob(chat, request_id, model, prompt, len(token_ids), params, top, body.stream,
+                body.include_usage, int(time.time()))  # fmt: skip
+
+
+def _chat_prompt(messages: list[ChatMessage]) -> list[dict]:
+    out = []
+    for i, m in enumerate(messages):
+        content = m.content or ""
+        if isinstance(content, list):
+            bad = next((p.type for p in content if p.type != "text"), None)
+            if bad is not None:
+                param = f"messages[{i}].content"
+                raise APIError(400, f"{param}: only text parts are supported, got {bad!r}", param)
+            content = "\n".join(p.text or "" for p in content)
+        out.append({"role": "system" if m.role == "developer" else m.role, "content": content})
+    return out
+
+
+def _completion_prompt(prompt) -> str | list[int]:
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
+        if len(prompt) != 1:
+            message = f"prompt: a batch of {len(prompt)} prompts is not supported; send one each"
+            raise APIError(400, message, param="prompt")
+        prompt = prompt[0]
+    return prompt
+
+
+def _submit(d: EngineDriver, job: CompletionJob) -> RequestHandle:
+    """Hand the request to the driver (blocks until it is queued in the engine)."""
+    cfg, snap = d.config, d.snapshot()
+    if snap.num_waiting >= cfg.max_waiting:
+        raise queue_full(cfg.max_waiting)
+    try:
+        return d.submit(
+            job.prompt,
+            job.params,
+            request_id=job.request_id,
+            owner=OWNER,
+            wait=True,
+            timeout=SUBMIT_TIMEOUT_S,
+        )
+    except RequestRejected as exc:
+        if "waiting queue is full" in str(exc):  # the engine's own refusal (no typed error)
+            raise queue_full(cfg.max_waiting) from None
+        raise APIError(400, str(exc), param="messages" if job.chat else "prompt") from None
+    except FutureTimeout:
+        raise not_ready() from None
+
+
+# -- reading the driver's output stream
+async def _outputs(handle: RequestHandle):
+    """The handle's RequestOutputs without blocking the event loop, plus a None every
+    HEARTBEAT_S without one. A helper thread waits on the handle's queue and passes items on.
+    """
+    loop = asyncio.get_running_loop()
+    inbox: asyncio.Queue = asyncio.Queue()
+    done = threading.Event()
+
+    def pump():
+        while not done.is_set():
+            try:
+                item = handle.get(timeout=HEARTBEAT_S)
+            except queue.Empty:
+                continue
+            except Exception as exc:  # noqa: BLE001 - re-raised in the loop
+                item = exc
+            try:
+                loop.call_soon_threadsafe(inbox.put_nowait, item)
+            except RuntimeError:  # the event loop closed
+                return
+            if isinstance(item, Exception) or item.finished:
+                return
+
+    threading.Thread(target=pump, name=f"api-{handle.request_id}", daemon=True).start()
+    try:
+        while True:
+            try:
+                item = await asyncio.wait_for(inbox.get(), HEARTBEAT_S)
+            except TimeoutError:
+                yield None
+                continue
+            if isinstance(item, Exception):
+                raise item
+            yield item
+            if item.finished:
+                return
+    finally:
+        done.set()
+
+
+async def _respond(request: Request, d: EngineDriver, handle: RequestHandle, tracker):
+    next_look = time.monotonic() + HEARTBEAT_S
+    async with aclosing(_outputs(handle)) as outputs:
+        async for out in outputs:
+            if time.monotonic() >= next_look:  # is the client still there?
+                next_look = time.monotonic() + HEARTBEAT_S
+                if await request.is_disconnected():
+                    d.abort(handle.request_id)
+                    return JSONResponse({}, status_code=499)  # nobody reads it
+            if out is not None:
+                tracker.update(out)
+                if out.finished:
+                    return tracker.response(out)
+
+
+async def _stream(handle: RequestHandle, tracker):
+    """The server-sent events of one request, `data: [DONE]` last."""
+    async with aclosing(_outputs(handle)) as outputs:
+        async for out in outputs:
+            for chunk in tracker.chunks(out) if out is not None else ():
+                yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
+    if tracker.job.include_usage:
+        yield f"data: {json.dumps(tracker.envelope([], usage=tracker.usage()))}\n\n"
+    yield "data: [DONE]\n\n"
+
+
+class _EventStream(StreamingResponse):
+    """A server-sent event stream that calls `on_close` however it ends. (A client that goes
+    away cancels Starlette's sending part-way; Starlette never closes the generator then.)"""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, content, on_close: Callable[[], None]):
+        super().__init__(content, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self._on_close = on_close
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_close()  # non-blocking, so it is safe while being cancelled

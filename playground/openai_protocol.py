@@ -1,0 +1,292 @@
+"""The OpenAI wire format: request bodies, error shapes and response objects.
+
+playground/api.py serves it over HTTP; this file knows the protocol, not the driver.
+"""
+
+import os
+import re
+from dataclasses import dataclass
+from itertools import accumulate
+from typing import Literal
+
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from engine import SamplingParams, StopReason
+from engine.sampling_params import MAX_LOGPROBS, MAX_N
+
+FINISH_REASONS = {  # engine StopReason -> OpenAI finish_reason
+    StopReason.EOS: "stop",
+    StopReason.STOP_WORD: "stop",
+    StopReason.MAX_TOKENS: "length",
+    StopReason.LENGTH: "length",
+    StopReason.CANCELLED: "cancelled",  # not OpenAI's: aborted (client gone, board reset)
+    StopReason.TIMEOUT: "timeout",  # not OpenAI's
+    StopReason.ERROR: "error",  # not OpenAI's: the forward failed; the engine lives on
+}
+UNSUPPORTED = {  # OpenAI fields this engine cannot honour -> values that mean "not used"
+    "presence_penalty": (0,),
+    "frequency_penalty": (0,),
+    "logit_bias": ({},),
+    "tools": ([],),
+    "functions": ([],),
+    "response_format": ({"type": "text"},),
+    "echo": (False,),
+    "suffix": ("",),
+    "best_of": (1,),
+}
+
+
+# -- errors
+class APIError(Exception):
+    """Answered as OpenAI does: {"error": {"message", "type", "param", "code"}}."""
+
+    def __init__(self, status: int, message: str, param=None, code=None, type=None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+        self.type = type or "invalid_request_error"
+
+    def response(self) -> JSONResponse:
+        error = {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
+        return JSONResponse({"error": error}, status_code=self.status)
+
+
+def not_ready() -> APIError:
+    message = "the model is still loading (or the engine stopped); retry shortly"
+    return APIError(503, message, code="model_not_ready", type="service_unavailable_error")
+
+
+def queue_full(max_waiting: int) -> APIError:
+    message = f"the waiting queue is full ({max_waiting} requests); retry later"
+    return APIError(429, message, code="queue_full", type="rate_limit_error")
+
+
+def validation_error(exc: ValidationError) -> APIError:
+    """The first problem of each field, with `param` naming the first field."""
+    seen: dict[str, str] = {}
+    for err in exc.errors():
+        param = param_of(err["loc"])
+        if param in seen:
+            continue
+        if err["type"] == "missing":
+            seen[param] = f"{param} is required"
+        else:
+            seen[param] = f"{param}: {err['msg']}, got {err.get('input')!r:.80}"
+    first = next(iter(seen))
+    return APIError(400, "; ".join(list(seen.values())[:3]), param=first)
+
+
+def param_of(loc) -> str:
+    """("messages", 0, "content", "str") -> "messages[0].content" (union tags dropped)."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part.isidentifier() and part not in {"str", "int", "float", "bool", "list", "dict"}:
+            out += f".{part}" if out else part
+    return out or "body"
+
+
+# -- request bodies
+class RequestBody(BaseModel):
+    """Fields shared by both routes. Unknown fields are ignored, as OpenAI does."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None  # None: the served model
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float = Field(1.0, ge=0.0, le=2.0)  # OpenAI's range and default
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=-1)  # vLLM extension; 0 or -1 = off
+    min_p: float = Field(0.0, ge=0.0, le=1.0)  # vLLM extension
+    repetition_penalty: float = Field(1.0, gt=0.0)  # vLLM extension
+    stop: str | list[str] = Field(default_factory=list)
+    stop_token_ids: list[int] = Field(default_factory=list)  # vLLM extension
+    ignore_eos: bool = False  # vLLM extension
+    seed: int | None = Field(None, ge=0, le=2**63 - 1)
+    n: int = Field(1, ge=1, le=MAX_N)
+    stream: bool = False
+    stream_options: dict | None = None  # {"include_usage": bool}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_nulls(cls, data):
+        """An explicit null means "the default", as OpenAI treats it."""
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream and (self.stream_options or {}).get("include_usage"))
+
+
+class ContentPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+
+
+class ChatCompletionRequest(RequestBody):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)  # newer name of max_tokens
+    logprobs: bool = False
+    top_logprobs: int = Field(0, ge=0, le=MAX_LOGPROBS)
+
+
+class CompletionRequest(RequestBody):
+    prompt: str | list[int] | list[str] | list[list[int]]
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+
+
+# -- OpenAI response objects
+@dataclass(slots=True)
+class CompletionJob:
+    """A validated request, ready for the driver."""
+
+    chat: bool
+    request_id: str
+    model: str
+    prompt: str | list[int] | list[dict]
+    num_prompt_tokens: int
+    params: SamplingParams
+    num_top_logprobs: int | None  # None: no logprobs asked
+    stream: bool
+    include_usage: bool
+    created: int
+
+
+class ResponseTracker:
+    """Turns one request's RequestOutputs into OpenAI objects; remembers what was sent."""
+
+    def __init__(self, job: CompletionJob):
+        self.job = job
+        n = job.params.n
+        self.num_tokens = [0] * n  # per choice: tokens seen (and logprobs sent)
+        self.started = [False] * n
+        self.done = [False] * n
+        self.text_offset = [0] * n  # completions' logprobs: characters sent so far
+        self.num_prompt_tokens = job.num_prompt_tokens
+        self.num_cached_tokens = 0
+        self.finished = False  # the request's last output was seen
+
+    def update(self, out) -> None:
+        self.finished |= out.finished
+        if out.prompt_token_ids:  # the driver's made-up last outputs have none
+            self.num_prompt_tokens = len(out.prompt_token_ids)
+            self.num_cached_tokens = out.metrics.num_cached_tokens
+        for c in out.outputs:
+            self.num_tokens[c.index] = max(self.num_tokens[c.index], len(c.token_ids))
+
+    def usage(self) -> dict:
+        completion = sum(self.num_tokens)
+        return {
+            "prompt_tokens": self.num_prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": self.num_prompt_tokens + completion,
+            "prompt_tokens_details": {"cached_tokens": self.num_cached_tokens},
+        }
+
+    def envelope(self, choices: list, usage=None) -> dict:
+        job = self.job
+        obj = "text_completion"
+        if job.chat:
+            obj = "chat.completion.chunk" if job.stream else "chat.completion"
+        out = {"id": job.request_id, "object": obj, "created": job.created, "model": job.model}
+        out["choices"] = choices
+        if usage is not None or job.include_usage:  # streamed: null until the last chunk
+            out["usage"] = usage
+        return out
+
+    def chunks(self, out) -> list[dict]:
+        """The stream chunks one RequestOutput adds (one per choice that changed)."""
+        first = self.num_tokens[:]
+        self.update(out)
+        chunks = []
+        for c in out.outputs:
+            i = c.index
+            if self.done[i]:
+                continue
+            finish = finish_reason_of(c)
+            logprobs = self._logprobs(c, first[i])
+            if not (c.delta or finish or logprobs or not self.started[i]):
+                continue
+            if self.job.chat:
+                delta = {"content": c.delta}
+                if not self.started[i]:
+                    delta = {"role": "assistant", **delta}
+                choice = {"index": i, "delta": delta, "logprobs": logprobs}
+            else:
+                choice = {"index": i, "text": c.delta, "logprobs": logprobs}
+            choice["finish_reason"] = finish
+            self.started[i], self.done[i] = True, finish is not None
+            chunks.append(self.envelope([choice]))
+        return chunks
+
+    def response(self, out) -> dict:
+        """The non-streamed answer, from the request's last output."""
+        choices = []
+        for c in out.outputs:
+            if self.job.chat:
+                body = {"message": {"role": "assistant", "content": c.text}}
+            else:
+                body = {"text": c.text}
+            body.update(logprobs=self._logprobs(c, 0), finish_reason=finish_reason_of(c))
+            choices.append({"index": c.index, **body})
+        return self.envelope(choices, usage=self.usage())
+
+    def _logprobs(self, c, start: int) -> dict | None:
+        """Logprobs of the completion's tokens from `start` on, in the route's format."""
+        k = self.job.num_top_logprobs
+        entries = list(zip(c.token_ids[start:], (c.logprobs or [])[start:], strict=False))
+        if k is None or not entries:
+            return None
+        chosen = [d[tid] for tid, d in entries]
+        tops = [top_alternatives(d, k) for _, d in entries]
+        if self.job.chat:
+            content = [
+                {**logprob_entry(lp), "top_logprobs": [logprob_entry(t) for t in top]}
+                for lp, top in zip(chosen, tops, strict=True)
+            ]
+            return {"content": content}
+        offsets = list(accumulate((len(lp.decoded_token) for lp in chosen),
+                                  initial=self.text_offset[c.index]))  # fmt: skip
+        self.text_offset[c.index] = offsets.pop()
+        return {
+            "tokens": [lp.decoded_token for lp in chosen],
+            "token_logprobs": [lp.logprob for lp in chosen],
+            "top_logprobs": [{t.decoded_token: t.logprob for t in top} for top in tops],
+            "text_offset": offsets,
+        }
+
+
+def finish_reason_of(c) -> str | None:
+    return FINISH_REASONS[c.stop_reason] if c.stop_reason else None
+
+
+def top_alternatives(d: dict, k: int) -> list:
+    """The k most likely of a token's Logprobs (the sampled one comes first in the dict)."""
+    return sorted(d.values(), key=lambda lp: lp.rank)[:k]
+
+
+def logprob_entry(lp) -> dict:
+    return {"token": lp.decoded_token, "logprob": lp.logprob,
+            "bytes": list(lp.decoded_token.encode("utf-8"))}  # fmt: skip
+
+
+# -- the model's name
+def served_model_name(model) -> str:
+    """The id /v1/models lists: a hub id as given, a directory's name, or the bundled GGUF's
+    model name ("SmolLM2-135M-Instruct") without the loader's cache suffixes."""
+    path = getattr(model.config, "_name_or_path", "") or ""
+    if not path:
+        return model.config.model_type
+    if not os.path.isdir(path):
+        return path
+    name = os.path.basename(os.path.normpath(path))
+    name = re.sub(r"-\d+-\d+$", "", name)  # engine/loader.py: <gguf stem>-<size>-<mtime>
+    return re.sub(r"\.(?:I?Q\d\w*|F16|F32|BF16)$", "", name)  # the GGUF's quantization tag

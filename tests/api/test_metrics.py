@@ -1,0 +1,70 @@
+"""GET /metrics: Prometheus text that prometheus_client parses, with counters that move."""
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.api.kit import TINY_MODEL
+
+FAMILIES = {  # parsed family name -> type (counters lose their _total)
+    "vllm:num_requests_running": "gauge",
+    "vllm:num_requests_waiting": "gauge",
+    "vllm:kv_cache_usage_perc": "gauge",
+    "vllm:prefix_cache_hit_rate": "gauge",
+    "vllm:num_preemptions": "counter",
+    "vllm:generation_tokens": "counter",
+    "vllm:prompt_tokens": "counter",
+    "vllm:request_success": "counter",
+    "vllm:time_to_first_token_seconds": "histogram",
+    "vllm:time_per_output_token_seconds": "histogram",
+    "vllm:e2e_request_latency_seconds": "histogram",
+}
+
+
+def _scrape(url: str) -> dict[str, float]:
+    r = httpx.get(url + "/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    families = {f.name: f for f in text_string_to_metric_families(r.text)}
+    for name, kind in FAMILIES.items():
+        assert families[name].type == kind, name
+    samples = {}
+    for f in families.values():
+        for s in f.samples:
+            assert s.labels["model_name"] == TINY_MODEL
+            extra = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()) if k != "model_name")
+            samples[s.name + (f"{{{extra}}}" if extra else "")] = s.value
+    return samples
+
+
+def test_metrics_parse_and_counters_move(client, app_server):
+    before = _scrape(app_server.url)
+    r = client.completions.create(model=TINY_MODEL, prompt="metrics please", max_tokens=7)
+    after = _scrape(app_server.url)
+    assert after["vllm:generation_tokens_total"] >= before["vllm:generation_tokens_total"] + 7
+    assert after["vllm:prompt_tokens_total"] > before["vllm:prompt_tokens_total"]
+    key = "vllm:request_success_total{finished_reason=max_tokens}"
+    assert after[key] >= before.get(key, 0) + 1
+    for hist in ("time_to_first_token_seconds", "e2e_request_latency_seconds",
+                 "time_per_output_token_seconds"):  # fmt: skip
+        count = f"vllm:{hist}_count"
+        assert after[count] >= before[count] + 1
+        assert after[f"vllm:{hist}_bucket{{le=+Inf}}"] == after[count]
+    assert 0 <= after["vllm:kv_cache_usage_perc"] <= 1
+    assert r.usage.completion_tokens == 7
+
+
+def test_counters_survive_a_board_reset(client, app_server):
+    client.completions.create(model=TINY_MODEL, prompt="before the reset", max_tokens=3)
+    before = _scrape(app_server.url)
+    app_server.driver.reset()  # a fresh engine: its own totals restart at zero
+    after = _scrape(app_server.url)
+    for name in (
+        "vllm:generation_tokens_total",
+        "vllm:request_success_total{finished_reason=max_tokens}",
+        "vllm:e2e_request_latency_seconds_count",
+    ):
+        assert after[name] >= before[name], name
+    client.completions.create(model=TINY_MODEL, prompt="after the reset", max_tokens=3)
+    assert (
+        _scrape(app_server.url)["vllm:generation_tokens_total"]
+        >= before["vllm:generation_tokens_total"] + 3
+    )

@@ -1,0 +1,129 @@
+"""The official `openai` client against the real app: chat and completions, streamed or not."""
+
+from concurrent.futures import ThreadPoolExecutor
+
+from playground.cards import render_cards
+from tests.api.kit import TINY_MODEL, wait_for
+
+MESSAGES = [{"role": "user", "content": "Name three colours."}]
+
+
+def _template_ids(tokenizer, messages) -> list[int]:
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def _join(stream) -> tuple[str, str | None, object]:
+    """(joined text, finish_reason, usage) of a one-choice chat or completion stream."""
+    text, finish, usage = "", None, None
+    for chunk in stream:
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            text += (choice.delta.content or "") if hasattr(choice, "delta") else choice.text
+            finish = choice.finish_reason or finish
+    return text, finish, usage
+
+
+def _finished_record(driver, request_id: str):
+    """The board's ledger record of a request, once the published state has it finished."""
+    return wait_for(
+        lambda: next((x for x in driver.state().records
+                      if x.request_id == request_id and x.finished), None)
+    )  # fmt: skip
+
+
+def test_models_lists_the_served_model(client):
+    models = client.models.list().data
+    assert [m.id for m in models] == [TINY_MODEL]
+
+
+def test_chat_completion_counts_tokens_like_the_tokenizer(client, app_server, tiny_model):
+    _, tokenizer = tiny_model
+    r = client.chat.completions.create(
+        model=TINY_MODEL, messages=MESSAGES, max_tokens=6, temperature=0, logprobs=True,
+        top_logprobs=2,
+    )  # fmt: skip
+    choice = r.choices[0]
+    assert r.object == "chat.completion" and choice.message.role == "assistant"
+    assert choice.finish_reason == "length"  # a random model does not stop on its own
+    assert r.usage.prompt_tokens == len(_template_ids(tokenizer, MESSAGES))
+    assert r.usage.completion_tokens == 6 == len(choice.logprobs.content)
+    assert r.usage.total_tokens == r.usage.prompt_tokens + 6
+    assert all(len(t.top_logprobs) == 2 for t in choice.logprobs.content)
+    assert "".join(t.token for t in choice.logprobs.content) == choice.message.content
+    # it is on the board, labelled as an API request
+    record = _finished_record(app_server.driver, r.id)
+    assert record.owner == "api" and record.text == choice.message.content
+
+
+def test_completion_counts_tokens_like_the_tokenizer(client, tiny_model):
+    _, tokenizer = tiny_model
+    prompt = "The capital of France is"
+    r = client.completions.create(model=TINY_MODEL, prompt=prompt, max_tokens=5, temperature=0,
+                                  logprobs=1)  # fmt: skip
+    assert r.object == "text_completion" and r.choices[0].finish_reason == "length"
+    assert r.usage.prompt_tokens == len(tokenizer.encode(prompt))
+    assert r.usage.completion_tokens == 5 == len(r.choices[0].logprobs.tokens)
+    # a prompt of token ids is taken as it is
+    ids = tokenizer.encode(prompt)
+    r2 = client.completions.create(model=TINY_MODEL, prompt=ids, max_tokens=5, temperature=0)
+    assert r2.choices[0].text == r.choices[0].text and r2.usage.prompt_tokens == len(ids)
+
+
+def test_streams_join_to_the_greedy_non_streamed_text(client):
+    kw = dict(model=TINY_MODEL, max_tokens=12, temperature=0)
+    chat = client.chat.completions.create(messages=MESSAGES, **kw)
+    text, finish, usage = _join(
+        client.chat.completions.create(
+            messages=MESSAGES, stream=True, stream_options={"include_usage": True}, **kw
+        )
+    )
+    assert (text, finish) == (chat.choices[0].message.content, chat.choices[0].finish_reason)
+    assert (usage.prompt_tokens, usage.completion_tokens) == (
+        chat.usage.prompt_tokens, chat.usage.completion_tokens,
+    )  # fmt: skip
+    plain = client.completions.create(prompt="Once upon a time", **kw)
+    text, finish, usage = _join(
+        client.completions.create(prompt="Once upon a time", stream=True, **kw)
+    )
+    assert (text, finish) == (plain.choices[0].text, plain.choices[0].finish_reason)
+    assert usage is None  # only with stream_options.include_usage
+
+
+def test_sixteen_concurrent_streams_all_finish_in_shared_batches(client, app_server):
+    def one(i: int):
+        stream = client.chat.completions.create(
+            model=TINY_MODEL, messages=[{"role": "user", "content": f"Count to {i}."}],
+            max_tokens=8 + i % 4, temperature=0.8, seed=i, stream=True,
+        )  # fmt: skip
+        text, finish, _ = _join(stream)
+        return text, finish
+
+    with ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(one, range(16)))
+    assert all(finish == "length" and text for text, finish in results)
+    steps = app_server.driver.snapshot().steps
+    assert max(s.num_seqs for s in steps) > 1  # continuous batching, not one at a time
+
+
+def test_n_seed_and_stop(client):
+    kw = dict(model=TINY_MODEL, prompt="Hello there", max_tokens=10)
+    a = client.completions.create(n=2, seed=7, temperature=1.0, **kw)
+    b = client.completions.create(n=2, seed=7, temperature=1.0, **kw)
+    assert [c.index for c in a.choices] == [0, 1]
+    assert [c.text for c in a.choices] == [c.text for c in b.choices]
+    assert a.usage.completion_tokens == 20
+    greedy = client.completions.create(temperature=0, **kw).choices[0].text
+    stop = greedy[len(greedy) // 2 :][:3]
+    cut = client.completions.create(temperature=0, stop=[stop], **kw).choices[0]
+    assert cut.finish_reason == "stop" and cut.text == greedy[: greedy.index(stop)]
+
+
+def test_api_requests_show_on_the_board(client, app_server):
+    r = client.completions.create(model=TINY_MODEL, prompt="Board check", max_tokens=3)
+    record = _finished_record(app_server.driver, r.id)  # published up to 50 ms later
+    state = app_server.driver.state()
+    assert record.owner == "api" and record.stop_reason == "max_tokens"
+    assert any(s.request_id == r.id for s in state.snapshot.requests)  # queues and timeline
+    html = render_cards(state)  # the latest API request has its card, named "api"
+    assert f'<span class="pg-name">api</span><span class="pg-rid">{r.id}</span>' in html
