@@ -23,7 +23,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 
-from engine import SamplingParams
+from engine import QueueFullError, SamplingParams
 from engine.request_input import tokenize_prompt
 from playground.driver import EngineDriver, RequestHandle, RequestRejected
 from playground.metrics import register_metrics
@@ -235,7 +235,7 @@ def _submit(d: EngineDriver, job: CompletionJob) -> RequestHandle:
             timeout=SUBMIT_TIMEOUT_S,
         )
     except RequestRejected as exc:
-        if "waiting queue is full" in str(exc):  # the engine's own refusal (no typed error)
+        if isinstance(exc.__cause__, QueueFullError):
             raise queue_full(cfg.max_waiting) from None
         raise APIError(400, str(exc), param="messages" if job.chat else "prompt") from None
     except FutureTimeout:

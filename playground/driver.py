@@ -294,6 +294,7 @@ class EngineDriver:
             for lane in added:  # a later lane refused: keep the lanes equal
                 lane.engine.abort_request(rid)
             error = RequestRejected(str(exc))
+            error.__cause__ = exc  # e.g. QueueFullError, for the API's 429
             self._ledger.put(replace(record, finished=True, error=str(exc)))
             if handle is not None:
                 handle._queue.put(error)
