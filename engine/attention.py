@@ -33,7 +33,7 @@ class PrefillChunk:
 
 @dataclass(slots=True)
 class AttentionContext:
-    kv_caches: list[tuple[torch.Tensor, torch.Tensor]]  # per layer: K, V (num_slots, Hkv, D)
+    kv_caches: list[tuple[torch.Tensor, torch.Tensor]]  # per layer: K, V (Hkv, num_slots, D)
     slot_mapping: torch.Tensor  # (T,) pool row of each packed token
     num_decodes: int  # the first num_decodes packed tokens are decodes, one per sequence
     decode_slots: torch.Tensor | None  # (B, S) pool rows of each decode's context, 0-padded
@@ -65,8 +65,9 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
     k = key[0].transpose(0, 1)  # (T, Hkv, D)
     v = value[0].transpose(0, 1)
     assert q.shape[0] == ctx.slot_mapping.shape[0], (q.shape, ctx.slot_mapping.shape)
-    k_cache.index_copy_(0, ctx.slot_mapping, k.to(k_cache.dtype))
-    v_cache.index_copy_(0, ctx.slot_mapping, v.to(v_cache.dtype))
+    # Heads outermost: a gathered context is (Hkv, S, D) slabs that SDPA reads without a copy.
+    k_cache.index_copy_(1, ctx.slot_mapping, k.transpose(0, 1).to(k_cache.dtype))
+    v_cache.index_copy_(1, ctx.slot_mapping, v.transpose(0, 1).to(v_cache.dtype))
     num_heads, num_kv_heads, head_dim = q.shape[1], k.shape[1], q.shape[2]
     group = num_heads // num_kv_heads
     out = torch.empty_like(q)  # (T, H, D)
@@ -75,19 +76,21 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
     if b:
         # Query heads of one KV head stand in for the query length: one SDPA, no repeat_kv.
         qd = q[:b].reshape(b, num_kv_heads, group, head_dim)  # (B, Hkv, G, D)
-        kd = k_cache[ctx.decode_slots].transpose(1, 2)  # (B, Hkv, S, D)
-        vd = v_cache[ctx.decode_slots].transpose(1, 2)
+        s = ctx.decode_slots.shape[1]
+        slots = ctx.decode_slots.flatten()
+        kd = k_cache.index_select(1, slots).view(num_kv_heads, b, s, head_dim).transpose(0, 1)
+        vd = v_cache.index_select(1, slots).view(num_kv_heads, b, s, head_dim).transpose(0, 1)
         od = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=ctx.decode_mask, scale=scaling)
         out[:b] = od.reshape(b, num_heads, head_dim)
 
     for p in ctx.prefills:
         qp = q[p.start : p.end].transpose(0, 1).unsqueeze(0)  # (1, H, t, D)
-        if p.context_slots is None:
-            kp, vp = k[p.start : p.end], v[p.start : p.end]  # (t, Hkv, D)
+        if p.context_slots is None:  # no past: the chunk's own K/V
+            kp = k[p.start : p.end].transpose(0, 1).unsqueeze(0)  # (1, Hkv, t, D)
+            vp = v[p.start : p.end].transpose(0, 1).unsqueeze(0)
         else:
-            kp, vp = k_cache[p.context_slots], v_cache[p.context_slots]  # (L, Hkv, D)
-        kp = kp.transpose(0, 1).unsqueeze(0)  # (1, Hkv, L, D)
-        vp = vp.transpose(0, 1).unsqueeze(0)
+            kp = k_cache.index_select(1, p.context_slots).unsqueeze(0)  # (1, Hkv, L, D)
+            vp = v_cache.index_select(1, p.context_slots).unsqueeze(0)
         op = F.scaled_dot_product_attention(
             qp, kp, vp, attn_mask=p.mask, is_causal=p.mask is None, scale=scaling, enable_gqa=True
         )  # (1, H, t, D)

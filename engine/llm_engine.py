@@ -26,6 +26,7 @@ from engine.telemetry import EngineSnapshot, StepEvent, StepRecord, Telemetry
 
 logger = logging.getLogger(__name__)
 
+
 class QueueFullError(ValueError):
     """add_request refused a request because max_waiting requests already wait."""
 

@@ -47,7 +47,7 @@ class ModelRunner:
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         num_layers, num_kv_heads, head_dim = kv_geometry(model.config)
-        shape = (num_blocks * block_size, num_kv_heads, head_dim)  # one row per token slot
+        shape = (num_kv_heads, num_blocks * block_size, head_dim)  # a row per head and slot
         self.kv_caches = [
             (torch.zeros(shape, dtype=self.dtype, device=self.device),
              torch.zeros(shape, dtype=self.dtype, device=self.device))
@@ -136,8 +136,8 @@ class ModelRunner:
         src = self._tensor([b * bs + i for b, _ in blocks_to_copy for i in range(bs)])
         dst = self._tensor([b * bs + i for _, b in blocks_to_copy for i in range(bs)])
         for k_cache, v_cache in self.kv_caches:
-            k_cache[dst] = k_cache[src]
-            v_cache[dst] = v_cache[src]
+            k_cache[:, dst] = k_cache[:, src]
+            v_cache[:, dst] = v_cache[:, src]
 
     def _tensor(self, values) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=self.device)
