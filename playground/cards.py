@@ -100,18 +100,25 @@ def render_card(
 
 
 def token_spans(record: RequestRecord) -> str:
-    """The visitor's answer token by token; hovering one shows its top alternatives."""
-    spans = []
+    """The visitor's answer token by token; hovering one shows its top alternatives.
+
+    Tokens are shown while their pieces spell out `text`; the rest (an EOS token's
+    "<|im_end|>", a cut stop string, a character split over tokens) as plain text.
+    """
+    spans, shown, text = [], 0, record.text
     for token_id, alternatives in zip(record.token_ids or (), record.logprobs or (), strict=False):
         chosen = alternatives.get(token_id)
         piece = chosen.decoded_token if chosen else ""
+        if not piece or not text.startswith(piece, shown):
+            break
         ranked = sorted(alternatives.items(), key=lambda kv: kv[1].rank)
         tip = "\n".join(
             f"{'→' if tid == token_id else ' '} {lp.decoded_token!r}  {lp.logprob:.2f}"
             for tid, lp in ranked
         )
         spans.append(f'<span class="pg-tok" title="{esc(tip)}">{esc(piece)}</span>')
-    return "".join(spans)
+        shown += len(piece)
+    return "".join(spans) + esc(text[shown:])
 
 
 def render_cards(state: BoardState, me: str | None = None) -> str:

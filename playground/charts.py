@@ -136,10 +136,10 @@ def timeline_spec(
         for name, span in spans.items():
             if span and span[1] > span[0]:
                 phases[name]["y"].append(row)
-                phases[name]["base"].append(span[0] - t0)
-                phases[name]["x"].append(span[1] - span[0])
+                phases[name]["base"].append(round(span[0] - t0, 3))
+                phases[name]["x"].append(round(span[1] - span[0], 3))
         if r.finished and r.stop_reason:
-            ends["x"].append(r.finished - t0)
+            ends["x"].append(round(r.finished - t0, 3))
             ends["y"].append(row)
             ends["colour"].append(STOP_COLOURS.get(r.stop_reason, "#64748b"))
             ends["text"].append(r.stop_reason)
@@ -148,7 +148,7 @@ def timeline_spec(
          "hovertemplate": f"{name} %{{x:.2f}} s<extra>%{{y}}</extra>", **v}
         for name, v in phases.items()
     ]  # fmt: skip
-    pre = [(s.start - t0, rows[e.request_id]) for s in snap.steps for e in s.events
+    pre = [(round(s.start - t0, 3), rows[e.request_id]) for s in snap.steps for e in s.events
            if e.kind == "preempted" and e.request_id in rows and s.start >= t0]  # fmt: skip
     traces.append(
         {"type": "scatter", "mode": "markers", "name": "preempted",
@@ -211,7 +211,7 @@ def kv_block_spec(
             text.append(f"block {b}: {rid}")
         elif b in cached:
             z.append(1)
-            text.append(f"block {b}: cached (evictable prefix)")
+            text.append(f"block {b}: cached")
         else:
             z.append(0)
             text.append(f"block {b}: free")
@@ -252,7 +252,7 @@ def latency_spec(snap: EngineSnapshot, title: str = "Latency") -> dict:
     """TTFT and TPOT of recent finished requests (ms): a box with every request as a dot."""
     t = snap.totals
     traces = [
-        {"type": "box", "name": name, "x": [v * 1000 for v in values], "boxpoints": "all",
+        {"type": "box", "name": name, "x": [round(v * 1000, 1) for v in values], "boxpoints": "all",
          "jitter": 0.5, "pointpos": 0, "marker": {"color": colour, "size": 4, "opacity": 0.7},
          "line": {"color": colour, "width": 1.5}, "fillcolor": "rgba(0,0,0,0)",
          "xaxis": axis, "yaxis": "y" if axis == "x" else "y2", "hoverinfo": "x"}
@@ -287,8 +287,8 @@ def throughput_spec(snap: EngineSnapshot, title: str = "Tokens per second") -> d
         span = r.start + r.duration - steps[j].start
         if span > 0:
             x.append(r.step)
-            gen.append((gen_sum[i + 1] - gen_sum[j]) / span)
-            pre.append((pre_sum[i + 1] - pre_sum[j]) / span)
+            gen.append(round((gen_sum[i + 1] - gen_sum[j]) / span, 2))
+            pre.append(round((pre_sum[i + 1] - pre_sum[j]) / span, 2))
     traces = [
         {"type": "scatter", "mode": "lines", "name": "generated", "x": x, "y": gen,
          "line": {"color": "#10b981", "width": 2}},

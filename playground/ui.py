@@ -8,6 +8,7 @@ waits for the driver. Figures are built once per board version and shared by all
 
 import random
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from playground.users import ARRIVALS
 
 CSS_PATH = Path(__file__).resolve().parent.parent / "assets" / "style.css"
 TICK_S = 0.25  # ~4 Hz
+CHART_INTERVAL_S = 0.5  # charts redraw at most 2x/s: the browser's Plotly redraws are the cost
 PACES = ["max", "0.5", "1", "2", "5", "10"]
 MAX_LIVE_PER_VISITOR = 3
 INTRO = """
@@ -99,22 +101,23 @@ def _plots(state: BoardState, cache: FigureCache, keys, sent: dict | None) -> tu
     return sent, out
 
 
-def board_values(
-    state: BoardState, cache: FigureCache, me: str | None, rid, deltas, sent: dict | None = None
-) -> list:
-    """A redraw: charts sent, stats, cards, log, inspector, scoreboard, then the plots
-    (gr.skip() for those the session already has, per `sent`)."""
-    sent, plots = _plots(state, cache, PLOT_KEYS, sent)
+def board_values(state: BoardState, me: str | None, rid, deltas) -> list:
+    """A redraw of the text: stats, cards, step log, inspector, scoreboard."""
     detail = state.details.get(rid) if rid else None
     return [
-        sent,
         cards.render_stats(state),
         cards.render_cards(state, me),
         cards.render_step_log(state, me),
-        render_inspector(detail, deltas, rid) if rid else gr.skip(),
+        render_inspector(detail, deltas, rid),
         cards.render_scoreboard(state),
-        *plots,
     ]
+
+
+def chart_values(state: BoardState, cache: FigureCache, sent: dict | None = None) -> list:
+    """A redraw of the charts: charts sent, then the plots (gr.skip() for those the session
+    already has, per `sent`)."""
+    sent, plots = _plots(state, cache, PLOT_KEYS, sent)
+    return [sent, *plots]
 
 
 def compare_values(state: BoardState, cache: FigureCache, sent: dict | None = None) -> list:
@@ -141,6 +144,11 @@ def _scenario_knobs(driver: EngineDriver, sc: Scenario) -> list:
     ]
 
 
+def _html(value: str = "", **kwargs) -> gr.HTML:
+    """gr.HTML without the click handler Gradio attaches on every update by default."""
+    return gr.HTML(value, js_on_load=None, **kwargs)
+
+
 def _note(sc: Scenario) -> str:
     return f'<div class="pg-note"><b>{cards.esc(sc.title)}.</b> {cards.esc(sc.what_to_watch)}</div>'
 
@@ -150,15 +158,19 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
     sc0 = SCENARIOS[DEFAULT_SCENARIO]
     k0 = _scenario_knobs(driver, sc0)
     with gr.Blocks(title="Continuous batching playground") as demo:
-        # The timer only moves these two when the board changed; their .change events redraw.
-        # (A tick that returned gr.skip() for every output would cost Gradio ~1 ms each.)
+        # The timer moves these hidden versions when the board changed, and their .change events
+        # redraw: the text every tick, the charts at most every CHART_INTERVAL_S (the browser
+        # redraws every chart it gets). One tick returning every figure, gr.skip() for the
+        # unchanged ones, would cost Gradio ~1 ms per skipped output on every tick.
         version = gr.Number(-1, visible=False)
+        chart_version = gr.Number(-1, visible=False)
         compare_version = gr.Number(-1, visible=False)
+        charts_at = gr.State(0.0)  # time.monotonic() of this session's last chart redraw
         sent = gr.State({})  # chart -> revision this session has
         sent_compare = gr.State({})
         with gr.Row(elem_classes="pg-top"):
-            gr.HTML(INTRO)
-            stats = gr.HTML(elem_id="pg-stats")
+            _html(INTRO)
+            stats = _html(elem_id="pg-stats")
         with gr.Row(equal_height=False):
             with gr.Column(scale=1, min_width=320, elem_classes="pg-side"):
                 gr.Markdown("#### Presets: one click starts one", elem_classes="pg-h")
@@ -166,7 +178,7 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
                     key: gr.Button(sc.title, size="sm", elem_classes="pg-preset")
                     for key, sc in SCENARIOS.items()
                 }
-                note = gr.HTML(k0[-1])
+                note = _html(k0[-1])
                 with gr.Row(elem_classes="pg-transport"):
                     start_btn = gr.Button(
                         "▶ Start", variant="primary", size="sm", min_width=60, elem_id="pg-start"
@@ -217,7 +229,7 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
                     cancel_btn = gr.Button("Cancel mine", size="sm")
                 send_status = gr.Markdown("", elem_id="pg-send-status")
             with gr.Column(scale=3):
-                board = gr.HTML(elem_id="pg-board")
+                board = _html(elem_id="pg-board")
                 with gr.Row():
                     queue_plot = gr.Plot(show_label=False, elem_classes="pg-plot")
                     batch_plot = gr.Plot(show_label=False, elem_classes="pg-plot")
@@ -230,14 +242,14 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
                     tput_plot = gr.Plot(show_label=False, elem_classes="pg-plot")
         with gr.Tabs():
             with gr.Tab("Step log"):
-                log = gr.HTML(elem_id="pg-log")
+                log = _html(elem_id="pg-log")
             with gr.Tab("Sequence inspector") as insp_tab:
                 with gr.Row():
                     inspect_rid = gr.Dropdown([], label="request", allow_custom_value=True, scale=4)
                     refresh_ids = gr.Button("↻ list requests", size="sm", scale=1)
-                inspector = gr.HTML()
+                inspector = _html()
             with gr.Tab("Compare: static vs continuous"):
-                scoreboard = gr.HTML()
+                scoreboard = _html()
                 with gr.Row():
                     cmp_queue0 = gr.Plot(show_label=False)
                     cmp_queue1 = gr.Plot(show_label=False)
@@ -250,20 +262,30 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
         knobs = [scenario, num_users, arrival, rate, policy, compare, budget, max_seqs, kv_blocks]
         plots = [queue_plot, batch_plot, timeline_plot, kv_plot, stops_plot, latency_plot,
                  tput_plot]  # fmt: skip
-        board_outputs = [sent, stats, board, log, inspector, scoreboard, *plots]
+        board_outputs = [stats, board, log, inspector, scoreboard]
+        chart_outputs = [sent, *plots]
         compare_outputs = [sent_compare, cmp_queue0, cmp_queue1, cmp_batch0, cmp_batch1]
+        versions = [version, chart_version, compare_version, charts_at]
 
-        def tick(seen: float | None):
-            """Cheap: never waits for the driver; moves the versions only on a change."""
-            state = driver.state()
+        def tick(seen: float, charts_seen: float, last_charts: float, rid, request: gr.Request):
+            """Cheap: never waits for the driver. The text comes with the tick; the charts
+            come through chart_version's change event, at most every CHART_INTERVAL_S."""
+            state, now = driver.state(), time.monotonic()
+            due = state.version != charts_seen and now - (last_charts or 0) >= CHART_INTERVAL_S
+            versions = [
+                state.version if state.version != seen else gr.skip(),
+                state.version if due else gr.skip(),
+                state.version if due and state.compare else gr.skip(),
+                now if due else gr.skip(),
+            ]
             if state.version == seen:
-                return gr.skip(), gr.skip()
-            return state.version, state.version if state.compare else gr.skip()
-
-        def redraw_board(_version, charts_sent: dict, rid: str | None, request: gr.Request):
+                return versions + [gr.skip()] * len(board_outputs)
             me = cards.visitor_owner(request.session_hash)
             deltas = driver.deltas(rid) if rid else ()
-            return board_values(driver.state(), cache, me, rid, deltas, charts_sent)
+            return versions + board_values(state, me, rid, deltas)
+
+        def redraw_charts(_version, charts_sent: dict):
+            return chart_values(driver.state(), cache, charts_sent)
 
         def redraw_compare(_version, charts_sent: dict):
             return compare_values(driver.state(), cache, charts_sent)
@@ -381,12 +403,13 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
             driver.abort_owner(cards.visitor_owner(request.session_hash))
 
         # -- wiring ---------------------------------------------------------------------------
-        timer.tick(tick, version, [version, compare_version], show_progress="hidden", queue=False)
-        redraw = dict(show_progress="hidden", queue=False)
-        version.change(redraw_board, [version, sent, inspect_rid], board_outputs, **redraw)
+        hidden = dict(show_progress="hidden", queue=False)
+        tick_inputs = [version, chart_version, charts_at, inspect_rid]
+        timer.tick(tick, tick_inputs, versions + board_outputs, **hidden)
+        demo.load(tick, tick_inputs, versions + board_outputs, show_progress="hidden")
+        chart_version.change(redraw_charts, [chart_version, sent], chart_outputs, **hidden)
         compare_version.change(redraw_compare, [compare_version, sent_compare], compare_outputs,
-                               **redraw)  # fmt: skip
-        demo.load(tick, version, [version, compare_version], show_progress="hidden")
+                               **hidden)  # fmt: skip
         demo.unload(leave)
         gr.api(generate, api_name="generate", concurrency_limit=None)
         scenario.change(pick_scenario, scenario, knobs[1:] + [note], show_progress="hidden")

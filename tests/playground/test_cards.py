@@ -52,6 +52,11 @@ def test_visitor_tokens_show_top_alternatives_on_hover():
     html = cards.token_spans(rec)
     assert html.startswith('<span class="pg-tok" title="') and ">&#x27;" not in html
     assert "→ &#x27; the&#x27;  -0.10" in html and "a&lt;b" in html
+    eos = {2: Logprob(-0.01, 1, "<|im_end|>")}
+    done = RequestRecord("r", "visitor:me", "p", 0.0, " the", 2, "eos", True, None, (7, 2),
+                         (lp, eos))  # fmt: skip
+    assert "im_end" not in cards.token_spans(done)
+    assert cards.token_spans(done).count('class="pg-tok"') == 1
 
 
 def test_narrated_step_log():

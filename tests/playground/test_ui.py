@@ -14,6 +14,7 @@ from playground.ui import (
     FigureCache,
     board_values,
     build_ui,
+    chart_values,
     compare_values,
 )
 from tests.playground.factories import busy_board
@@ -49,32 +50,32 @@ def test_cli_flags_map_to_engine_config(monkeypatch):
     assert app.resolve_host_port(app.parse_args(["--host", "10.0.0.1"]))[0] == "10.0.0.1"
 
 
-def test_a_tick_of_a_full_board_costs_little():
-    """32 users, 500 steps: HTML + chart JSON (what Gradio sends) for a new board version."""
+def test_a_redraw_of_a_full_board_costs_little():
+    """32 users, 500 steps: the HTML and the chart JSON (what Gradio sends) of a new version."""
     costs = []
     for version in range(1, 6):
         state = busy_board(num_users=32, num_steps=500, version=version)
         t0 = time.perf_counter()
-        values = board_values(state, FigureCache(), "visitor:me", None, ())
+        html = board_values(state, "visitor:me", None, ())
+        sent, *plots = chart_values(state, FigureCache())
         costs.append(time.perf_counter() - t0)
-    plots = values[-len(PLOT_KEYS) :]
-    assert sum(isinstance(v, PlotData) for v in plots) == 7  # no compare charts outside compare
+    assert all(isinstance(h, str) for h in html) and len(plots) == len(PLOT_KEYS)
+    assert all(isinstance(v, PlotData) for v in plots) and set(sent) == set(PLOT_KEYS)
     best = min(costs)
-    print(f"tick cost, 32 users x 500 steps: best {best * 1000:.1f} ms")
+    print(f"redraw cost, 32 users x 500 steps: best {best * 1000:.1f} ms")
     assert best < 0.1, f"{best * 1000:.0f} ms"  # ~4 ms on an idle core; loose for CI
 
 
 def test_a_session_is_sent_only_the_charts_that_changed():
     cache = FigureCache()
     board = busy_board(num_users=4, num_steps=20, version=1)
-    first = board_values(board, cache, None, None, ())
-    sent = first[0]
-    assert sum(isinstance(v, PlotData) for v in first[-len(PLOT_KEYS) :]) == 7
+    sent, *plots = chart_values(board, cache)
+    assert sum(isinstance(v, PlotData) for v in plots) == 7
     same_charts = replace(board, version=2, paused=True)  # new version, same charts
-    again = board_values(same_charts, cache, None, None, (), sent)
-    assert not any(isinstance(v, PlotData) for v in again[-len(PLOT_KEYS) :])
-    other_session = board_values(same_charts, cache, None, None, (), {})
-    assert sum(isinstance(v, PlotData) for v in other_session[-len(PLOT_KEYS) :]) == 7
+    _, *again = chart_values(same_charts, cache, sent)
+    assert not any(isinstance(v, PlotData) for v in again)
+    _, *other_session = chart_values(same_charts, cache, {})
+    assert sum(isinstance(v, PlotData) for v in other_session) == 7
 
 
 def test_compare_charts_are_drawn_only_in_compare_mode():
