@@ -27,6 +27,7 @@ chromium:
 	fi
 
 test: setup
+	$(PY) -m pip check
 	$(PY) -m pytest -q
 
 lint:

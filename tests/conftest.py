@@ -1,6 +1,8 @@
 """Fixtures shared by the whole suite."""
 
 import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from engine.loader import load_model
 
@@ -9,6 +11,18 @@ from engine.loader import load_model
 def default_model():
     """`(model, tokenizer)` of `load_model("default")`, loaded once per session."""
     return load_model("default")
+
+
+@pytest.fixture(scope="session")
+def tiny_model(default_model):
+    """(model, tokenizer): 2 layers of 64, random weights, the bundled model's tokenizer."""
+    _, tokenizer = default_model
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+    )  # fmt: skip
+    return LlamaForCausalLM(config).eval(), tokenizer
 
 
 class CharTokenizer:

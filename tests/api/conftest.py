@@ -5,26 +5,12 @@ test_real_model.py serves the real default model. Servers run uvicorn in a threa
 """
 
 import pytest
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from engine import EngineConfig, LLMEngine
 from playground.driver import EngineDriver
 from tests.api.kit import TINY_MODEL, Server, openai_client
 
 TINY_ENGINE = dict(max_num_seqs=16, max_num_batched_tokens=256, block_size=16, num_kv_blocks=64)
-
-
-@pytest.fixture(scope="session")
-def tiny_model(default_model):
-    """(model, tokenizer): 2 layers of 64, random weights, the bundled model's tokenizer."""
-    _, tokenizer = default_model
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-    )  # fmt: skip
-    return LlamaForCausalLM(config).eval(), tokenizer
 
 
 @pytest.fixture(scope="session")
