@@ -96,8 +96,30 @@ class RunResult:
         }
 
 
+class NoisyRun(Exception):
+    """Another process took CPU time during a timed run (see --quiet-pressure)."""
+
+
+class NoiseGuard:
+    """Aborts a timed run once, after `min_s`, its CPU pressure exceeds `threshold` %."""
+
+    def __init__(self, threshold: float | None, min_s: float = 30.0):
+        self.threshold, self.min_s = threshold, min_s
+        self.start, self.stall = time.monotonic(), cpu_stall_us()
+
+    def check(self) -> None:
+        if self.threshold is None or self.stall is None:
+            return
+        elapsed = time.monotonic() - self.start
+        if elapsed < self.min_s:
+            return
+        pressure = 100 * (cpu_stall_us() - self.stall) / 1e6 / elapsed
+        if pressure > self.threshold:
+            raise NoisyRun(f"CPU pressure {pressure:.0f} % after {elapsed:.0f} s")
+
+
 # -- the engine ---------------------------------------------------------------------------------
-def run_engine(model, tokenizer, workload, args, **overrides):
+def run_engine(model, tokenizer, workload, args, guard: NoiseGuard, **overrides):
     config = EngineConfig(
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
@@ -121,6 +143,8 @@ def run_engine(model, tokenizer, workload, args, **overrides):
         num_steps += 1
         if num_steps % 256 == 0:  # the snapshot keeps the last 512 steps
             records.update((r.step, r) for r in engine.snapshot().steps if r.start >= t0)
+        if num_steps % 16 == 0:
+            guard.check()
     wall = time.monotonic() - t0
     records.update((r.step, r) for r in engine.snapshot().steps if r.start >= t0)
     outs = [results[i] for i in range(len(workload))]
@@ -215,13 +239,14 @@ def generate_batch_padded(model, tokenizer, batch, start: float):
     return rows
 
 
-def run_hf_batches(model, tokenizer, workload, batch_size: int):
+def run_hf_batches(model, tokenizer, workload, batch_size: int, guard: NoiseGuard):
     tokenizer.padding_side = "left"
     generate_batch_padded(model, tokenizer, [(workload[0][0][:8], 4)], time.perf_counter())
     rows = []
     t0 = time.perf_counter()
     for i in range(0, len(workload), batch_size):
         rows += generate_batch_padded(model, tokenizer, workload[i : i + batch_size], t0)
+        guard.check()
     wall = time.perf_counter() - t0
     return wall, [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows if r[2]], {}
 
@@ -361,20 +386,21 @@ def wait_for_quiet(threshold: float, settle_s: float = 30, timeout_s: float = 36
     return time.monotonic() - start
 
 
-def run_system(name, model, tokenizer, workload, args) -> RunResult:
+def run_system(name, model, tokenizer, workload, args, guard: NoiseGuard) -> RunResult:
+    """Warm up and time one system; NoisyRun when `guard` sees too much CPU pressure."""
     load = os.getloadavg()[0]
     stall, start = cpu_stall_us(), time.monotonic()
     if name == "engine_continuous":
-        run = run_engine(model, tokenizer, workload, args, scheduling_policy="continuous")
+        run = run_engine(model, tokenizer, workload, args, guard, scheduling_policy="continuous")
     elif name == "engine_static":
-        run = run_engine(model, tokenizer, workload, args, scheduling_policy="static")
+        run = run_engine(model, tokenizer, workload, args, guard, scheduling_policy="static")
     elif name == "engine_hf_cache":
-        run = run_engine(model, tokenizer, workload, args, kv_backend="hf_cache")
+        run = run_engine(model, tokenizer, workload, args, guard, kv_backend="hf_cache")
     elif name == "hf_generate":
-        run = run_hf_batches(model, tokenizer, workload, 1)
+        run = run_hf_batches(model, tokenizer, workload, 1, guard)
     elif name == "hf_static":
-        run = run_hf_batches(model, tokenizer, workload, args.hf_batch_size)
-    elif name == "hf_cb":
+        run = run_hf_batches(model, tokenizer, workload, args.hf_batch_size, guard)
+    elif name == "hf_cb":  # a few minutes at most; not aborted midway
         run = run_hf_cb(model, tokenizer, workload, args)
     else:
         raise ValueError(f"unknown system {name!r}")
@@ -512,11 +538,18 @@ def main():
     results: list[RunResult] = []
     for name in systems:
         for attempt in range(1, args.retries + 2):
+            last = attempt == args.retries + 1
             if args.quiet_pressure is not None:
                 waited = wait_for_quiet(args.quiet_pressure)
                 if waited > 5:
                     print(f"  (waited {waited:.0f} s for a quiet CPU)", flush=True)
-            result = run_system(name, model, tokenizer, workload, args)
+            guard = NoiseGuard(None if last else args.quiet_pressure)
+            try:
+                result = run_system(name, model, tokenizer, workload, args, guard)
+            except NoisyRun as noisy:
+                print(f"  {SYSTEMS[name]}: aborted ({noisy}), retrying", flush=True)
+                gc.collect()
+                continue
             result.extra["attempts"] = attempt
             print(
                 f"  {result.label}: {result.tokens_per_s:.1f} tok/s, {result.wall:.1f} s "
@@ -526,7 +559,7 @@ def main():
             noisy = result.cpu_pressure is not None and result.cpu_pressure > (
                 args.quiet_pressure if args.quiet_pressure is not None else float("inf")
             )
-            if not noisy:
+            if not noisy or last:
                 break
         results.append(result)
 

@@ -43,7 +43,7 @@ def request_output(group: SequenceGroup) -> RequestOutput:
 
 def build_snapshot(engine) -> EngineSnapshot:
     live = list(engine.groups.values())
-    states = [request_state(g) for g in live] + [request_state(g) for g in engine.finished]
+    states = [request_state(g) for g in live] + list(engine.finished_states)
     num_running = sum(s.status == "running" for s in states[: len(live)])
     c, bm, tel = engine.config, engine.block_manager, engine.telemetry
     return EngineSnapshot(

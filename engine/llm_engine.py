@@ -14,7 +14,7 @@ from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.detokenizer import IncrementalDetokenizer
 from engine.hf_cache_runner import HFCacheRunner
-from engine.inspection import build_snapshot, request_detail, request_output
+from engine.inspection import build_snapshot, request_detail, request_output, request_state
 from engine.model_runner import ModelRunner, auto_num_kv_blocks
 from engine.outputs import RequestOutput
 from engine.request_input import tokenize_prompt
@@ -22,7 +22,7 @@ from engine.sampler import Sampler
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler, SchedulerOutputs
 from engine.sequence import Sequence, SequenceGroup, StepClock, StopReason
-from engine.telemetry import EngineSnapshot, StepEvent, StepRecord, Telemetry
+from engine.telemetry import EngineSnapshot, RequestState, StepEvent, StepRecord, Telemetry
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +79,7 @@ class LLMEngine:
         self.telemetry = Telemetry()
         self.groups: dict[str, SequenceGroup] = {}  # live requests
         self.finished: deque[SequenceGroup] = deque(maxlen=MAX_FINISHED_KEPT)
+        self.finished_states: deque[RequestState] = deque(maxlen=MAX_FINISHED_KEPT)  # frozen
         self._group_of: dict[int, SequenceGroup] = {}  # seq_id -> its request
         self._seq_ids = itertools.count()
         self._request_ids = itertools.count()
@@ -343,6 +344,7 @@ class LLMEngine:
         for seq in group.seqs:
             del self._group_of[seq.seq_id]
         self.finished.append(group)
+        self.finished_states.append(request_state(group))
         self.telemetry.record_finished(output.metrics, [s.stop_reason.value for s in group.seqs])
         return output
 

@@ -7,20 +7,19 @@ waits for the driver. Figures are built once per board version and shared by all
 """
 
 import random
-import threading
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import gradio as gr
-from gradio.components.plot import PlotData
 
 from engine import EngineConfig, SamplingParams
-from playground import cards, charts
-from playground.driver import BoardState, EngineDriver, RequestRejected
+from playground import cards
+from playground.driver import EngineDriver, RequestRejected
 from playground.inspector import render_inspector
 from playground.scenarios import DEFAULT_SCENARIO, SCENARIOS, Scenario
 from playground.users import ARRIVALS
+from playground.views import FigureCache, board_values, chart_values, compare_values
 
 CSS_PATH = Path(__file__).resolve().parent.parent / "assets" / "style.css"
 TICK_S = 0.25  # ~4 Hz
@@ -34,96 +33,6 @@ step the scheduler picks which sequences run and how many of their tokens fit th
 does <b>one</b> forward pass for all of them over a paged KV cache. Nothing here is animated:
 the charts are measured from real model forwards.</p></div>
 """
-
-
-class FigureCache:
-    """Charts of the latest board version, built once and shared by every session.
-
-    Each chart also has a revision that moves only when its JSON changes, so a session is
-    sent a chart only when it differs from the one it has (the browser redraws every chart
-    it receives, which costs far more than building it).
-    """
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._version = -1
-        self._plots: dict[str, PlotData] = {}
-        self._revisions: dict[str, int] = {}
-
-    def get(self, state: BoardState) -> tuple[dict[str, PlotData], dict[str, int]]:
-        with self._lock:
-            if state.version != self._version:
-                for key, plot in _figures(state).items():
-                    old = self._plots.get(key)
-                    if old is None or old.plot != plot.plot:
-                        self._plots[key] = plot
-                        self._revisions[key] = self._revisions.get(key, 0) + 1
-                self._version = state.version
-            return self._plots, dict(self._revisions)
-
-
-def _figures(state: BoardState) -> dict[str, PlotData]:
-    """Every chart of the board, as the JSON gr.Plot sends (built without go.Figure)."""
-    snap = state.snapshot
-    labels, colours = cards.request_labels(state), cards.request_colours(state)
-    specs = {
-        "queue": charts.queue_spec(snap),
-        "batch": charts.batch_spec(snap),
-        "timeline": charts.timeline_spec(snap, labels),
-        "kv": charts.kv_block_spec(snap, colours),
-        "stops": charts.stop_reason_spec(snap),
-        "latency": charts.latency_spec(snap),
-        "tput": charts.throughput_spec(snap),
-    }
-    if state.compare:
-        for i, lane in enumerate(state.lanes[:2]):
-            s = state.snapshots[lane]
-            specs[f"cmp_queue{i}"] = charts.queue_spec(s, f"{lane}: queues")
-            specs[f"cmp_batch{i}"] = charts.batch_spec(s, f"{lane}: tokens per step")
-    return {k: PlotData(type="plotly", plot=charts.as_json(v)) for k, v in specs.items()}
-
-
-PLOT_KEYS = ("queue", "batch", "timeline", "kv", "stops", "latency", "tput")  # fmt: skip
-COMPARE_KEYS = ("cmp_queue0", "cmp_queue1", "cmp_batch0", "cmp_batch1")
-
-
-def _plots(state: BoardState, cache: FigureCache, keys, sent: dict | None) -> tuple[dict, list]:
-    """The charts this session lacks (gr.skip() for the others) and its updated `sent`."""
-    plots, revisions = cache.get(state)
-    sent = dict(sent or {})
-    out = []
-    for key in keys:
-        if key in plots and sent.get(key) != revisions[key]:
-            out.append(plots[key])
-            sent[key] = revisions[key]
-        else:
-            out.append(gr.skip())
-    return sent, out
-
-
-def board_values(state: BoardState, me: str | None, rid, deltas) -> list:
-    """A redraw of the text: stats, cards, step log, inspector, scoreboard."""
-    detail = state.details.get(rid) if rid else None
-    return [
-        cards.render_stats(state),
-        cards.render_cards(state, me),
-        cards.render_step_log(state, me),
-        render_inspector(detail, deltas, rid),
-        cards.render_scoreboard(state),
-    ]
-
-
-def chart_values(state: BoardState, cache: FigureCache, sent: dict | None = None) -> list:
-    """A redraw of the charts: charts sent, then the plots (gr.skip() for those the session
-    already has, per `sent`)."""
-    sent, plots = _plots(state, cache, PLOT_KEYS, sent)
-    return [sent, *plots]
-
-
-def compare_values(state: BoardState, cache: FigureCache, sent: dict | None = None) -> list:
-    """A redraw of the compare tab's charts: charts sent, then the plots."""
-    sent, plots = _plots(state, cache, COMPARE_KEYS, sent)
-    return [sent, *plots]
 
 
 def _scenario_knobs(driver: EngineDriver, sc: Scenario) -> list:

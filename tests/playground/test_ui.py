@@ -8,12 +8,12 @@ from fastapi.testclient import TestClient
 from gradio.components.plot import PlotData
 
 import app
-from playground.ui import (
+from playground.ui import build_ui
+from playground.views import (
     COMPARE_KEYS,
     PLOT_KEYS,
     FigureCache,
     board_values,
-    build_ui,
     chart_values,
     compare_values,
 )
