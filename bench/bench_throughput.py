@@ -26,6 +26,7 @@ import gc
 import json
 import os
 import platform
+import random
 import sys
 import time
 from dataclasses import dataclass, field
@@ -371,7 +372,10 @@ def cpu_pressure_avg10() -> float | None:
 
 
 def wait_for_quiet(threshold: float, settle_s: float = 30, timeout_s: float = 3600) -> float:
-    """Block until CPU pressure stays under `threshold` % for `settle_s`; seconds waited."""
+    """Block until CPU pressure stays under `threshold` % for `settle_s` plus a random 0-30 s
+    (two benchmarks waiting alike would otherwise start together and abort each other again
+    and again); returns the seconds waited."""
+    settle_s += random.uniform(0, 30)
     start = quiet_since = time.monotonic()
     while time.monotonic() - start < timeout_s:
         pressure = cpu_pressure_avg10()
