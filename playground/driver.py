@@ -84,6 +84,7 @@ class EngineDriver:
         self._workload = None
         self._ledger = Ledger()  # the first lane's recent requests
         self._handles: dict[str, RequestHandle] = {}
+        self._final: list[tuple[RequestHandle, RequestOutput]] = []  # sent after the publish
         self._watched: OrderedDict[str, None] = OrderedDict()
         self._details: dict[str, RequestDetail] = {}
         self._stale_details: set[str] = set()  # watched requests that got outputs
@@ -369,7 +370,12 @@ class EngineDriver:
                 if lane.engine.has_unfinished_requests():
                     failed |= self._step_lane(lane, lane is self._lanes[0])
             single = self._pending_steps > 0
-            self._publish(force=single or self._paused)  # before step_once() returns
+            # before step_once() returns, and before a finished request's last output is sent,
+            # so whoever holds that output sees a board (and /metrics) that counts it
+            self._publish(force=single or self._paused or bool(self._final))
+            for handle, out in self._final:
+                handle._queue.put(out)
+            self._final.clear()
             with self._cond:
                 self._pending_steps = max(0, self._pending_steps - 1)
                 self._steps_done += 1
@@ -398,9 +404,11 @@ class EngineDriver:
             self._stale_details.add(rid)
         handle = self._handles.get(rid)
         if handle is not None:
-            handle._queue.put(out)
             if out.finished:
+                self._final.append((handle, out))
                 del self._handles[rid]
+            else:
+                handle._queue.put(out)
         if self._workload is not None:
             self._workload.on_output(out, self.clock(), self._abort)
 

@@ -40,6 +40,17 @@ def test_submit_streams_outputs_in_order(driver):
     assert [s for s, _ in deltas] == sorted(s for s, _ in deltas)
 
 
+def test_a_finished_output_is_never_ahead_of_the_board(driver):
+    """Whoever holds a request's last output reads a board (and /metrics) that counts it."""
+    for i in range(12):
+        before = driver.snapshot().totals.num_generated_tokens
+        final = driver.submit(f"count me {i}", _params(1 + i % 4), wait=True).result(timeout=30)
+        state = driver.state()  # no waiting: it must be there already
+        assert state.snapshot.totals.num_generated_tokens >= before + 1 + i % 4
+        record = next(r for r in state.records if r.request_id == final.request_id)
+        assert record.finished and record.text == final.text
+
+
 def test_concurrent_submits_from_8_threads_lose_nothing(driver):
     handles, lock = [], threading.Lock()
 
