@@ -27,18 +27,23 @@ ATTN_IMPLEMENTATION = "paged"
 class PrefillChunk:
     start: int  # first packed token of the chunk
     end: int
-    context_slots: torch.Tensor | None  # (num_computed + chunk,) pool rows; None: no past
-    mask: torch.Tensor | None  # (chunk, num_computed + chunk) bool, causal with an offset
+    context_blocks: torch.Tensor | None  # (nb,) blocks of num_computed + chunk; None: no past
+    context_len: int  # num_computed + chunk
+    mask: torch.Tensor | None  # (chunk, context_len) bool, causal with an offset
 
 
 @dataclass(slots=True)
 class AttentionContext:
-    kv_caches: list[tuple[torch.Tensor, torch.Tensor]]  # per layer: K, V (Hkv, num_slots, D)
-    slot_mapping: torch.Tensor  # (T,) pool row of each packed token
+    kv_caches: list[tuple[torch.Tensor, torch.Tensor]]  # per layer: K, V (blocks, bs, Hkv, D)
+    slot_mapping: torch.Tensor  # (T,) pool row (block * bs + offset) of each packed token
     num_decodes: int  # the first num_decodes packed tokens are decodes, one per sequence
-    decode_slots: torch.Tensor | None  # (B, S) pool rows of each decode's context, 0-padded
-    decode_mask: torch.Tensor | None  # (B, 1, 1, S) bool, True = attend
+    decode_blocks: torch.Tensor | None  # (B, nb) block table of each decode, 0-padded
+    decode_mask: torch.Tensor | None  # (B, 1, 1, nb * bs) bool, True = attend
     prefills: list[PrefillChunk]
+    # where gathered K and V blocks go, reused by every layer: (rows, block row) each, with
+    # rows >= every gather of the step. CPU tensors are not cached by torch's allocator, and a
+    # fresh multi-MB buffer per layer costs page faults (it doubled decode step time).
+    gather_buffers: tuple[torch.Tensor, torch.Tensor]
 
 
 _context: AttentionContext | None = None
@@ -65,10 +70,9 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
     k = key[0].transpose(0, 1)  # (T, Hkv, D)
     v = value[0].transpose(0, 1)
     assert q.shape[0] == ctx.slot_mapping.shape[0], (q.shape, ctx.slot_mapping.shape)
-    # Heads outermost: a gathered context is (Hkv, S, D) slabs that SDPA reads without a copy.
-    k_cache.index_copy_(1, ctx.slot_mapping, k.transpose(0, 1).to(k_cache.dtype))
-    v_cache.index_copy_(1, ctx.slot_mapping, v.transpose(0, 1).to(v_cache.dtype))
     num_heads, num_kv_heads, head_dim = q.shape[1], k.shape[1], q.shape[2]
+    k_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, ctx.slot_mapping, k.to(k_cache.dtype))
+    v_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, ctx.slot_mapping, v.to(v_cache.dtype))
     group = num_heads // num_kv_heads
     out = torch.empty_like(q)  # (T, H, D)
 
@@ -76,26 +80,36 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
     if b:
         # Query heads of one KV head stand in for the query length: one SDPA, no repeat_kv.
         qd = q[:b].reshape(b, num_kv_heads, group, head_dim)  # (B, Hkv, G, D)
-        s = ctx.decode_slots.shape[1]
-        slots = ctx.decode_slots.flatten()
-        kd = k_cache.index_select(1, slots).view(num_kv_heads, b, s, head_dim).transpose(0, 1)
-        vd = v_cache.index_select(1, slots).view(num_kv_heads, b, s, head_dim).transpose(0, 1)
+        k_buf, v_buf = ctx.gather_buffers
+        kd = _gather(k_cache, ctx.decode_blocks, k_buf)  # (B, Hkv, S, D), strided: one copy
+        vd = _gather(v_cache, ctx.decode_blocks, v_buf)
         od = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=ctx.decode_mask, scale=scaling)
         out[:b] = od.reshape(b, num_heads, head_dim)
 
     for p in ctx.prefills:
         qp = q[p.start : p.end].transpose(0, 1).unsqueeze(0)  # (1, H, t, D)
-        if p.context_slots is None:  # no past: the chunk's own K/V
+        if p.context_blocks is None:  # no past: the chunk's own K/V
             kp = k[p.start : p.end].transpose(0, 1).unsqueeze(0)  # (1, Hkv, t, D)
             vp = v[p.start : p.end].transpose(0, 1).unsqueeze(0)
         else:
-            kp = k_cache.index_select(1, p.context_slots).unsqueeze(0)  # (1, Hkv, L, D)
-            vp = v_cache.index_select(1, p.context_slots).unsqueeze(0)
+            blocks, (k_buf, v_buf) = p.context_blocks.unsqueeze(0), ctx.gather_buffers
+            kp = _gather(k_cache, blocks, k_buf)[..., : p.context_len, :]  # (1, Hkv, L, D)
+            vp = _gather(v_cache, blocks, v_buf)[..., : p.context_len, :]
         op = F.scaled_dot_product_attention(
             qp, kp, vp, attn_mask=p.mask, is_causal=p.mask is None, scale=scaling, enable_gqa=True
         )  # (1, H, t, D)
         out[p.start : p.end] = op[0].transpose(0, 1)
     return out.unsqueeze(0), None  # (1, T, H, D)
+
+
+def _gather(cache: torch.Tensor, blocks: torch.Tensor, buffer: torch.Tensor) -> torch.Tensor:
+    """(B, nb) block tables -> (B, Hkv, nb * bs, D), in `buffer`. Whole blocks are contiguous
+    rows of the pool, so this is one memcpy per block; heads stay innermost and SDPA reads
+    them strided."""
+    num_blocks, block_size, num_kv_heads, head_dim = cache.shape
+    rows = buffer[: blocks.numel()]
+    torch.index_select(cache.view(num_blocks, -1), 0, blocks.flatten(), out=rows)
+    return rows.view(blocks.shape[0], -1, num_kv_heads, head_dim).transpose(1, 2)
 
 
 def paged_mask(*args, **kwargs):

@@ -47,13 +47,15 @@ class ModelRunner:
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         num_layers, num_kv_heads, head_dim = kv_geometry(model.config)
-        shape = (num_kv_heads, num_blocks * block_size, head_dim)  # a row per head and slot
+        # vLLM's layout: a block is one contiguous row, gathered with one memcpy
+        shape = (num_blocks, block_size, num_kv_heads, head_dim)
         self.kv_caches = [
             (torch.zeros(shape, dtype=self.dtype, device=self.device),
              torch.zeros(shape, dtype=self.dtype, device=self.device))
             for _ in range(num_layers)
         ]  # fmt: skip
-        self.block_offsets = torch.arange(block_size, device=self.device)
+        self._row_size = block_size * num_kv_heads * head_dim
+        self._gather_buffers = self._new_gather_buffers(0)
 
     def free(self, seq: Sequence) -> None:
         pass  # the block manager owns the pool's bookkeeping
@@ -87,16 +89,18 @@ class ModelRunner:
             kv_caches=self.kv_caches,
             slot_mapping=self._tensor(slots),
             num_decodes=len(decodes),
-            decode_slots=None,
+            decode_blocks=None,
             decode_mask=None,
             prefills=[],
+            gather_buffers=self._gather_buffers,
         )
         if decodes:
-            ctx.decode_slots, ctx.decode_mask = self._decode_layout(decodes)
+            ctx.decode_blocks, ctx.decode_mask = self._decode_layout(decodes)
         offset = len(decodes)
         for s in prefills:
             ctx.prefills.append(self._prefill_chunk(s, offset))
             offset += s.num_new_tokens
+        ctx.gather_buffers = self._reserve(ctx)
         with attention_context(ctx):
             out = self.model(
                 input_ids=self._tensor(input_ids).unsqueeze(0),  # (1, T)
@@ -112,32 +116,42 @@ class ModelRunner:
         max_blocks = -(-max(lens) // bs)
         tables = [s.seq.block_table[:max_blocks] for s in decodes]
         tables = self._tensor([t + [0] * (max_blocks - len(t)) for t in tables])  # (B, nb)
-        slots = (tables.unsqueeze(-1) * bs + self.block_offsets).flatten(1)  # (B, nb * bs)
-        mask = torch.arange(slots.shape[1], device=self.device) < self._tensor(lens).unsqueeze(1)
-        return slots, mask[:, None, None, :]  # (B, S), (B, 1, 1, S)
+        mask = torch.arange(max_blocks * bs, device=self.device) < self._tensor(lens)[:, None]
+        return tables, mask[:, None, None, :]  # (B, nb), (B, 1, 1, nb * bs)
 
     def _prefill_chunk(self, s: ScheduledSequence, start: int) -> PrefillChunk:
         end = start + s.num_new_tokens
         past = s.seq.num_computed_tokens
-        if past == 0:
-            return PrefillChunk(start, end, None, None)
         total = past + s.num_new_tokens
-        bs = self.block_size
-        table = self._tensor(s.seq.block_table[: -(-total // bs)])
-        context = (table.unsqueeze(-1) * bs + self.block_offsets).flatten()[:total]
+        if past == 0:
+            return PrefillChunk(start, end, None, total, None)
+        blocks = self._tensor(s.seq.block_table[: -(-total // self.block_size)])
         q_pos = torch.arange(past, total, device=self.device).unsqueeze(1)
         mask = torch.arange(total, device=self.device).unsqueeze(0) <= q_pos  # (t, L)
-        return PrefillChunk(start, end, context, mask)
+        return PrefillChunk(start, end, blocks, total, mask)
+
+    def _reserve(self, ctx: AttentionContext) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gather buffers with rows for the step's largest gather; they only ever grow."""
+        rows = [p.context_blocks.numel() for p in ctx.prefills if p.context_blocks is not None]
+        if ctx.decode_blocks is not None:
+            rows.append(ctx.decode_blocks.numel())
+        if max(rows, default=0) > self._gather_buffers[0].shape[0]:
+            self._gather_buffers = self._new_gather_buffers(max(rows))
+        return self._gather_buffers
+
+    def _new_gather_buffers(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        shape = (rows, self._row_size)
+        return (torch.empty(shape, dtype=self.dtype, device=self.device),
+                torch.empty(shape, dtype=self.dtype, device=self.device))  # fmt: skip
 
     def _copy_blocks(self, blocks_to_copy: list[tuple[int, int]]) -> None:
         if not blocks_to_copy:
             return
-        bs = self.block_size
-        src = self._tensor([b * bs + i for b, _ in blocks_to_copy for i in range(bs)])
-        dst = self._tensor([b * bs + i for _, b in blocks_to_copy for i in range(bs)])
+        src = self._tensor([b for b, _ in blocks_to_copy])
+        dst = self._tensor([b for _, b in blocks_to_copy])
         for k_cache, v_cache in self.kv_caches:
-            k_cache[:, dst] = k_cache[:, src]
-            v_cache[:, dst] = v_cache[:, src]
+            k_cache[dst] = k_cache[src]
+            v_cache[dst] = v_cache[src]
 
     def _tensor(self, values) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=self.device)
