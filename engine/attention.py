@@ -7,8 +7,10 @@ through `slot_mapping` and attends each sequence over its own blocks. Outside a 
 context) both functions defer to transformers' stock SDPA, so the same model object still
 works with `generate` and with the per-sequence `hf_cache` runner.
 
-Packed layout of one step: `[1, T]` tokens, the decodes first (one token each), then one
-chunk per prefilling sequence.
+Packed layout of one step: `[1, T]` tokens, the decodes first (one token each, longest
+context first), then one chunk per prefilling sequence. Decodes are attended in a few groups
+of similar context length, one SDPA call per group, so short contexts are not padded to the
+longest one.
 """
 
 from contextlib import contextmanager
@@ -33,12 +35,18 @@ class PrefillChunk:
 
 
 @dataclass(slots=True)
+class DecodeGroup:
+    start: int  # packed tokens start..end are decodes, one per sequence
+    end: int
+    blocks: torch.Tensor  # (B, nb) block table of each decode, 0-padded
+    mask: torch.Tensor  # (B, 1, 1, nb * bs) bool, True = attend
+
+
+@dataclass(slots=True)
 class AttentionContext:
     kv_caches: list[tuple[torch.Tensor, torch.Tensor]]  # per layer: K, V (blocks, bs, Hkv, D)
     slot_mapping: torch.Tensor  # (T,) pool row (block * bs + offset) of each packed token
-    num_decodes: int  # the first num_decodes packed tokens are decodes, one per sequence
-    decode_blocks: torch.Tensor | None  # (B, nb) block table of each decode, 0-padded
-    decode_mask: torch.Tensor | None  # (B, 1, 1, nb * bs) bool, True = attend
+    decodes: list[DecodeGroup]
     prefills: list[PrefillChunk]
     # where gathered K and V blocks go, reused by every layer: (rows, block row) each, with
     # rows >= every gather of the step. CPU tensors are not cached by torch's allocator, and a
@@ -76,15 +84,15 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
     group = num_heads // num_kv_heads
     out = torch.empty_like(q)  # (T, H, D)
 
-    b = ctx.num_decodes
-    if b:
+    k_buf, v_buf = ctx.gather_buffers
+    for d in ctx.decodes:
+        b = d.end - d.start
         # Query heads of one KV head stand in for the query length: one SDPA, no repeat_kv.
-        qd = q[:b].reshape(b, num_kv_heads, group, head_dim)  # (B, Hkv, G, D)
-        k_buf, v_buf = ctx.gather_buffers
-        kd = _gather(k_cache, ctx.decode_blocks, k_buf)  # (B, Hkv, S, D), strided: one copy
-        vd = _gather(v_cache, ctx.decode_blocks, v_buf)
-        od = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=ctx.decode_mask, scale=scaling)
-        out[:b] = od.reshape(b, num_heads, head_dim)
+        qd = q[d.start : d.end].reshape(b, num_kv_heads, group, head_dim)  # (B, Hkv, G, D)
+        kd = _gather(k_cache, d.blocks, k_buf)  # (B, Hkv, S, D), strided: one copy
+        vd = _gather(v_cache, d.blocks, v_buf)
+        od = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=d.mask, scale=scaling)
+        out[d.start : d.end] = od.reshape(b, num_heads, head_dim)
 
     for p in ctx.prefills:
         qp = q[p.start : p.end].transpose(0, 1).unsqueeze(0)  # (1, H, t, D)
@@ -92,7 +100,7 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
             kp = k[p.start : p.end].transpose(0, 1).unsqueeze(0)  # (1, Hkv, t, D)
             vp = v[p.start : p.end].transpose(0, 1).unsqueeze(0)
         else:
-            blocks, (k_buf, v_buf) = p.context_blocks.unsqueeze(0), ctx.gather_buffers
+            blocks = p.context_blocks.unsqueeze(0)
             kp = _gather(k_cache, blocks, k_buf)[..., : p.context_len, :]  # (1, Hkv, L, D)
             vp = _gather(v_cache, blocks, v_buf)[..., : p.context_len, :]
         op = F.scaled_dot_product_attention(

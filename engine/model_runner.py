@@ -9,12 +9,34 @@ import os
 
 import torch
 
-from engine.attention import AttentionContext, PrefillChunk, attention_context
+from engine.attention import AttentionContext, DecodeGroup, PrefillChunk, attention_context
 from engine.scheduler import ScheduledSequence
 from engine.sequence import Sequence
 
 CPU_KV_CAP_BYTES = 2 * 2**30  # never take more than this for the pool on a CPU
 KV_MEMORY_FRACTION = 0.3  # of the free memory, when num_kv_blocks is None
+# What one more decode group costs (an SDPA call and two gathers per layer), in gathered blocks
+DECODE_GROUP_COST = 16
+
+
+def split_by_length(num_blocks: list[int], group_cost: int = DECODE_GROUP_COST) -> list[int]:
+    """Split decodes, sorted by context length (in blocks, non-increasing), into groups that
+    each pad to their first member; returns each group's end index. Minimises the blocks
+    gathered plus `group_cost` per group, exactly (dynamic programming over the points where
+    the length changes)."""
+    n = len(num_blocks)
+    cuts = [i for i in range(n) if i == 0 or num_blocks[i] != num_blocks[i - 1]]
+    best = {n: (0, n)}  # start -> (cost of everything from start, end of its group)
+    for start in reversed(cuts):
+        best[start] = min(
+            (group_cost + (end - start) * num_blocks[start] + best[end][0], end)
+            for end in [c for c in cuts if c > start] + [n]
+        )
+    ends, start = [], 0
+    while start < n:
+        start = best[start][1]
+        ends.append(start)
+    return ends
 
 
 def kv_geometry(model_config) -> tuple[int, int, int]:
@@ -70,7 +92,7 @@ class ModelRunner:
         """One forward for every scheduled token. Returns the logits (num_sampled, vocab) of
         the sequences whose last token was computed, in the order of `sampled`."""
         self._copy_blocks(blocks_to_copy)
-        decodes = [s for s in scheduled if s.is_decode]
+        decodes = sorted((s for s in scheduled if s.is_decode), key=lambda s: -s.seq.num_tokens)
         prefills = [s for s in scheduled if not s.is_decode]
         packed = decodes + prefills
         bs = self.block_size
@@ -85,22 +107,18 @@ class ModelRunner:
             slots += [table[p // bs] * bs + p % bs for p in range(start, end)]
             if s.samples:
                 keep.append(len(input_ids) - 1)
+        decode_groups = self._decode_groups(decodes)
+        prefill_chunks, offset = [], len(decodes)
+        for s in prefills:
+            prefill_chunks.append(self._prefill_chunk(s, offset))
+            offset += s.num_new_tokens
         ctx = AttentionContext(
             kv_caches=self.kv_caches,
             slot_mapping=self._tensor(slots),
-            num_decodes=len(decodes),
-            decode_blocks=None,
-            decode_mask=None,
-            prefills=[],
-            gather_buffers=self._gather_buffers,
+            decodes=decode_groups,
+            prefills=prefill_chunks,
+            gather_buffers=self._reserve(decode_groups, prefill_chunks),
         )
-        if decodes:
-            ctx.decode_blocks, ctx.decode_mask = self._decode_layout(decodes)
-        offset = len(decodes)
-        for s in prefills:
-            ctx.prefills.append(self._prefill_chunk(s, offset))
-            offset += s.num_new_tokens
-        ctx.gather_buffers = self._reserve(ctx)
         with attention_context(ctx):
             out = self.model(
                 input_ids=self._tensor(input_ids).unsqueeze(0),  # (1, T)
@@ -110,14 +128,21 @@ class ModelRunner:
             )
         return out.logits[0], [s for s in packed if s.samples]  # (num_sampled, vocab)
 
-    def _decode_layout(self, decodes: list[ScheduledSequence]):
+    def _decode_groups(self, decodes: list[ScheduledSequence]) -> list[DecodeGroup]:
+        """Decodes (longest context first) in groups of similar length, see split_by_length."""
         bs = self.block_size
         lens = [s.seq.num_tokens for s in decodes]  # context includes this step's token
-        max_blocks = -(-max(lens) // bs)
-        tables = [s.seq.block_table[:max_blocks] for s in decodes]
-        tables = self._tensor([t + [0] * (max_blocks - len(t)) for t in tables])  # (B, nb)
-        mask = torch.arange(max_blocks * bs, device=self.device) < self._tensor(lens)[:, None]
-        return tables, mask[:, None, None, :]  # (B, nb), (B, 1, 1, nb * bs)
+        num_blocks = [-(-n // bs) for n in lens]
+        groups, start = [], 0
+        for end in split_by_length(num_blocks):
+            nb = num_blocks[start]
+            tables = [s.seq.block_table[:nb] for s in decodes[start:end]]
+            tables = self._tensor([t + [0] * (nb - len(t)) for t in tables])  # (B, nb)
+            group_lens = self._tensor(lens[start:end]).unsqueeze(1)
+            mask = torch.arange(nb * bs, device=self.device) < group_lens  # (B, nb * bs)
+            groups.append(DecodeGroup(start, end, tables, mask[:, None, None, :]))
+            start = end
+        return groups
 
     def _prefill_chunk(self, s: ScheduledSequence, start: int) -> PrefillChunk:
         end = start + s.num_new_tokens
@@ -130,11 +155,10 @@ class ModelRunner:
         mask = torch.arange(total, device=self.device).unsqueeze(0) <= q_pos  # (t, L)
         return PrefillChunk(start, end, blocks, total, mask)
 
-    def _reserve(self, ctx: AttentionContext) -> tuple[torch.Tensor, torch.Tensor]:
+    def _reserve(self, decodes: list[DecodeGroup], prefills: list[PrefillChunk]):
         """Gather buffers with rows for the step's largest gather; they only ever grow."""
-        rows = [p.context_blocks.numel() for p in ctx.prefills if p.context_blocks is not None]
-        if ctx.decode_blocks is not None:
-            rows.append(ctx.decode_blocks.numel())
+        rows = [p.context_blocks.numel() for p in prefills if p.context_blocks is not None]
+        rows += [d.blocks.numel() for d in decodes]
         if max(rows, default=0) > self._gather_buffers[0].shape[0]:
             self._gather_buffers = self._new_gather_buffers(max(rows))
         return self._gather_buffers
