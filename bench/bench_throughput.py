@@ -495,7 +495,7 @@ def main():
     parser.add_argument(
         "--systems", default=",".join(SYSTEMS), help=f"comma-separated, of: {', '.join(SYSTEMS)}"
     )
-    parser.add_argument("--max-num-seqs", type=int, default=32)
+    parser.add_argument("--max-num-seqs", type=int, default=64)  # the whole workload at once
     parser.add_argument("--max-num-batched-tokens", type=int, default=512)
     parser.add_argument("--num-kv-blocks", type=int, default=None, help="None: the engine sizes it")
     parser.add_argument("--hf-batch-size", type=int, default=16)

@@ -31,7 +31,7 @@ class PrefillChunk:
     end: int
     context_blocks: torch.Tensor | None  # (nb,) blocks of num_computed + chunk; None: no past
     context_len: int  # num_computed + chunk
-    mask: torch.Tensor | None  # (chunk, context_len) bool, causal with an offset
+    mask: torch.Tensor | None  # (chunk, context_len) additive (0 / -inf), causal with an offset
 
 
 @dataclass(slots=True)
@@ -39,7 +39,7 @@ class DecodeGroup:
     start: int  # packed tokens start..end are decodes, one per sequence
     end: int
     blocks: torch.Tensor  # (B, nb) block table of each decode, 0-padded
-    mask: torch.Tensor  # (B, 1, 1, nb * bs) bool, True = attend
+    mask: torch.Tensor  # (B, 1, 1, nb * bs) additive: 0 = attend, -inf = padding
 
 
 @dataclass(slots=True)

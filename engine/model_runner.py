@@ -140,7 +140,7 @@ class ModelRunner:
             tables = self._tensor([t + [0] * (nb - len(t)) for t in tables])  # (B, nb)
             group_lens = self._tensor(lens[start:end]).unsqueeze(1)
             mask = torch.arange(nb * bs, device=self.device) < group_lens  # (B, nb * bs)
-            groups.append(DecodeGroup(start, end, tables, mask[:, None, None, :]))
+            groups.append(DecodeGroup(start, end, tables, self._additive(mask)[:, None, None, :]))
             start = end
         return groups
 
@@ -153,7 +153,13 @@ class ModelRunner:
         blocks = self._tensor(s.seq.block_table[: -(-total // self.block_size)])
         q_pos = torch.arange(past, total, device=self.device).unsqueeze(1)
         mask = torch.arange(total, device=self.device).unsqueeze(0) <= q_pos  # (t, L)
-        return PrefillChunk(start, end, blocks, total, mask)
+        return PrefillChunk(start, end, blocks, total, self._additive(mask))
+
+    def _additive(self, allowed: torch.Tensor) -> torch.Tensor:
+        """A bool mask as SDPA's additive float mask (0 or -inf), made once per step: given a
+        bool mask, SDPA would convert it again in every layer."""
+        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
+        return mask.masked_fill_(~allowed, float("-inf"))
 
     def _reserve(self, decodes: list[DecodeGroup], prefills: list[PrefillChunk]):
         """Gather buffers with rows for the step's largest gather; they only ever grow."""
