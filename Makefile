@@ -8,7 +8,7 @@ CHROMIUM := /usr/bin/chromium
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup chromium test lint format run bench
+.PHONY: setup chromium test lint format run bench bench-scaling
 
 setup: $(STAMP) chromium
 
@@ -44,3 +44,6 @@ run: setup
 
 bench: setup
 	$(PY) bench/bench_throughput.py
+
+bench-scaling: setup
+	$(PY) bench/bench_scaling.py --plot-dir bench

@@ -2,8 +2,10 @@
 
     python app.py [--model default|DIR|HUB_ID] [--device auto|cpu|cuda] [--port 7860] ...
 
-The EngineConfig names are flags (dashed). `create_app(driver)` returns the FastAPI app with
-the Gradio board mounted at "/" and `GET /healthz`, so other routes can join the same server.
+The EngineConfig names are flags (dashed), and so are the public limits of the board and the
+API (PublicLimits: --limit-prompt-tokens, --limit-max-tokens, ...). `create_app(driver)`
+returns the FastAPI app with the Gradio board mounted at "/" and `GET /healthz`, so other
+routes can join the same server.
 """
 
 import argparse
@@ -19,7 +21,8 @@ from fastapi import FastAPI  # noqa: E402
 
 from engine import EngineConfig, LLMEngine  # noqa: E402
 from playground.api import register_api  # noqa: E402
-from playground.driver import EngineDriver  # noqa: E402
+from playground.driver import STUCK_AFTER_S, EngineDriver  # noqa: E402
+from playground.limits import PublicLimits  # noqa: E402
 from playground.scenarios import SCENARIOS  # noqa: E402
 from playground.ui import build_ui, load_css  # noqa: E402
 
@@ -42,7 +45,27 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--kv-backend", choices=["paged", "hf_cache"], default=None)
     p.add_argument("--no-chunked-prefill", action="store_true")
     p.add_argument("--no-prefix-caching", action="store_true")
+    p.add_argument("--max-waiting", type=int, default=None, help="waiting requests before 429")
     p.add_argument("--pace", default="max", help="'max' or steps per second (slow motion)")
+    limits = PublicLimits()
+    p.add_argument("--limit-prompt-tokens", type=int, default=limits.max_prompt_tokens)
+    p.add_argument("--limit-max-tokens", type=int, default=limits.max_tokens)
+    p.add_argument("--limit-n", type=int, default=limits.max_n)
+    p.add_argument(
+        "--limit-in-flight",
+        type=int,
+        default=limits.max_in_flight,
+        help="unfinished requests per browser session or API client",
+    )
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        default=limits.default_timeout_s,
+        help="seconds; for requests that set no timeout_s (0 = none)",
+    )
+    p.add_argument(
+        "--stuck-after", type=float, default=STUCK_AFTER_S, help="seconds before a step is stuck"
+    )
     p.add_argument(
         "--scenario",
         choices=sorted(SCENARIOS),
@@ -63,6 +86,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
             "max_model_len",
             "scheduling_policy",
             "kv_backend",
+            "max_waiting",
         )
         if getattr(args, name) is not None
     }
@@ -71,6 +95,16 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     if args.no_prefix_caching:
         overrides["enable_prefix_caching"] = False
     return EngineConfig(**overrides)
+
+
+def public_limits(args: argparse.Namespace) -> PublicLimits:
+    return PublicLimits(
+        max_prompt_tokens=args.limit_prompt_tokens,
+        max_tokens=args.limit_max_tokens,
+        max_n=args.limit_n,
+        max_in_flight=args.limit_in_flight,
+        default_timeout_s=args.request_timeout or None,
+    )
 
 
 def resolve_host_port(args: argparse.Namespace) -> tuple[str, int]:
@@ -105,9 +139,12 @@ def main(argv=None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     args = parse_args(argv)
     config = engine_config(args)  # validated before the slow load
+    limits = public_limits(args)
     host, port = resolve_host_port(args)
     engine = LLMEngine.from_pretrained(args.model, device=args.device, **_fields(config))
-    driver = EngineDriver(engine, pace=args.pace, base_config=config)
+    driver = EngineDriver(
+        engine, pace=args.pace, base_config=config, limits=limits, stuck_after_s=args.stuck_after
+    )
     if args.scenario:
         sc = SCENARIOS[args.scenario]
         cfg = EngineConfig(**{**_fields(config), **sc.engine_overrides})

@@ -71,11 +71,19 @@ class ModelRunner:
         num_layers, num_kv_heads, head_dim = kv_geometry(model.config)
         # vLLM's layout: a block is one contiguous row, gathered with one memcpy
         shape = (num_blocks, block_size, num_kv_heads, head_dim)
-        self.kv_caches = [
-            (torch.zeros(shape, dtype=self.dtype, device=self.device),
-             torch.zeros(shape, dtype=self.dtype, device=self.device))
-            for _ in range(num_layers)
-        ]  # fmt: skip
+        try:
+            self.kv_caches = [
+                (torch.zeros(shape, dtype=self.dtype, device=self.device),
+                 torch.zeros(shape, dtype=self.dtype, device=self.device))
+                for _ in range(num_layers)
+            ]  # fmt: skip
+        except (RuntimeError, MemoryError) as exc:  # torch.OutOfMemoryError is a RuntimeError
+            size = 2 * num_layers * torch.Size(shape).numel() * param.element_size() / 2**30
+            raise ValueError(
+                f"num_kv_blocks={num_blocks} needs {size:.1f} GiB of KV cache on "
+                f"{self.device}, which could not be allocated ({type(exc).__name__}); use fewer "
+                f"blocks, or None to size the pool from free memory"
+            ) from exc
         self._row_size = block_size * num_kv_heads * head_dim
         self._gather_buffers = self._new_gather_buffers(0)
 

@@ -6,6 +6,7 @@ def tokenize_prompt(tokenizer, prompt) -> tuple[str | None, list[int]]:
     if isinstance(prompt, str):
         if not prompt.strip():
             raise ValueError("prompt must contain some non-whitespace text")
+        _check_unicode("prompt", prompt)
         return prompt, tokenizer.encode(prompt)
     if not isinstance(prompt, list) or not prompt:
         raise ValueError(
@@ -22,8 +23,19 @@ def tokenize_prompt(tokenizer, prompt) -> tuple[str | None, list[int]]:
         for i, m in enumerate(prompt):
             if not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
                 raise ValueError(f"prompt[{i}] must have str 'role' and 'content'")
+            _check_unicode(f"prompt[{i}].content", m["content"])
         if not any(m["content"].strip() for m in prompt):
             raise ValueError("prompt messages must contain some non-whitespace text")
         text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
         return text, tokenizer.encode(text, add_special_tokens=False)
     raise ValueError("prompt list must hold only token ids (int) or only chat messages (dict)")
+
+
+def _check_unicode(field: str, text: str) -> None:
+    """Lone surrogates (from JSON escapes such as \\ud800) cannot be encoded or tokenized."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{field} is not valid Unicode text: {exc.reason} at character {exc.start}"
+        ) from None

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 MAX_STOP_STRINGS = 64  # each one is searched in every new piece of text
 MAX_STOP_STRING_LEN = 256
 MAX_N = 16
+MAX_TOKENS = 2**31 - 1  # beyond any context window; a request stops at its model's anyway
 MAX_LOGPROBS = 20
 GREEDY_BELOW = 1e-5  # temperatures under this are greedy
 
@@ -30,7 +31,7 @@ class SamplingParams:
     def __post_init__(self):
         self.stop = [self.stop] if isinstance(self.stop, str) else _as_list("stop", self.stop)
         self.stop_token_ids = _as_list("stop_token_ids", self.stop_token_ids)
-        _check_int("max_tokens", self.max_tokens, 1)
+        _check_int("max_tokens", self.max_tokens, 1, MAX_TOKENS)
         _check_float("temperature", self.temperature, 0.0, None, "in [0, inf)")
         _check_int("top_k", self.top_k, 0)
         _check_float("top_p", self.top_p, 0.0, 1.0, "in (0, 1]")

@@ -2,13 +2,18 @@
 
 `GET /v1/models`, `POST /v1/completions` and `POST /v1/chat/completions` (streamed as
 server-sent events with `stream: true`, ending with `data: [DONE]`). Every request goes
-through the shared EngineDriver with owner "api", so it shows on the board like a simulated
-user. Field mapping, error shapes and finish reasons are listed in README.md ("Use it from
-your own client"). `register_api` also adds `GET /metrics` (playground/metrics.py); the wire format
-itself (bodies, errors, response objects) is in playground/openai_protocol.py.
+through the shared EngineDriver with owner "api:<client>" (a hash of the client's address,
+never the address itself), so it shows on the board like a simulated user. The public
+limits (playground/limits.py: prompt tokens, max_tokens, n, requests in flight per client)
+apply: 400 past a size limit, 429 past the in-flight or waiting limit.
+
+Field mapping, error shapes and finish reasons are listed in README.md ("Use it from your
+own client"). `register_api` also adds `GET /metrics` (playground/metrics.py); the wire
+format itself (bodies, errors, response objects) is in playground/openai_protocol.py.
 """
 
 import asyncio
+import hashlib
 import json
 import logging
 import queue
@@ -26,8 +31,10 @@ from pydantic import ValidationError
 from engine import QueueFullError, SamplingParams
 from engine.request_input import tokenize_prompt
 from playground.driver import EngineDriver, RequestHandle, RequestRejected
+from playground.limits import LimitExceeded
 from playground.metrics import register_metrics
 from playground.openai_protocol import (
+    IGNORED,
     UNSUPPORTED,
     APIError,
     ChatCompletionRequest,
@@ -44,7 +51,7 @@ from playground.openai_protocol import (
 
 log = logging.getLogger(__name__)
 
-OWNER = "api"  # how the board labels these requests
+OWNER_PREFIX = "api:"  # + a hash of the client's address: the board's label, the limits' key
 HEARTBEAT_S = 0.5  # a waiting non-streamed request checks for a gone client this often
 SUBMIT_TIMEOUT_S = 30.0  # for the driver to take the request
 START_TIME = time.time()  # the "created" of /v1/models
@@ -107,7 +114,7 @@ async def _serve(request: Request, body_cls, ready, check_model):
         body = await _parse(request, body_cls)
         model = check_model(d, body.model)
         job = await asyncio.to_thread(_prepare, d, body, model)
-        handle = await asyncio.to_thread(_submit, d, job)
+        handle = await asyncio.to_thread(_submit, d, job, client_owner(request))
     except APIError as exc:
         return exc.response()
     except Exception as exc:  # a bug, not the client's fault: still answer in OpenAI's shape
@@ -131,6 +138,10 @@ async def _parse(request: Request, body_cls) -> RequestBody:
         raise APIError(400, f"the body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise APIError(400, "the body must be a JSON object")
+    unknown = sorted(set(data) - set(body_cls.model_fields) - set(UNSUPPORTED) - IGNORED)
+    if unknown:
+        message = f"{unknown[0]}: unrecognized request argument"
+        raise APIError(400, message, param=unknown[0], code="unknown_parameter")
     for name, unused in UNSUPPORTED.items():
         if data.get(name) is not None and data[name] not in unused:
             message = f"{name} is not supported by this engine"
@@ -162,7 +173,7 @@ def _prepare(d: EngineDriver, body: RequestBody, model: str) -> CompletionJob:
     max_param = "max_completion_tokens" if chat and body.max_completion_tokens else "max_tokens"
     max_tokens = (body.max_completion_tokens if chat else None) or body.max_tokens
     if max_tokens is None:
-        max_tokens = room if chat else COMPLETIONS_MAX_TOKENS
+        max_tokens = min(room, d.limits.max_tokens) if chat else COMPLETIONS_MAX_TOKENS
     if max_tokens > room:
         message = (
             f"{max_param} is {max_tokens}, but the prompt has {len(token_ids)} tokens and the "
@@ -192,6 +203,11 @@ def _prepare(d: EngineDriver, body: RequestBody, model: str) -> CompletionJob:
         field = str(exc).split(" ", 1)[0]
         param = "top_logprobs" if chat and field == "logprobs" else field
         raise APIError(400, str(exc), param=param) from None
+    try:
+        params = d.limits.check(params, len(token_ids))
+    except LimitExceeded as exc:
+        param = {"prompt": prompt_param, "max_tokens": max_param}.get(exc.field, exc.field)
+        raise _limit_error(exc, param) from None
     request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:10]}"  # OpenAI's style
     return CompletionJob(chat, request_id, model, prompt, len(token_ids), params, top, body.stream,
                 body.include_usage, int(time.time()))  # fmt: skip
@@ -220,7 +236,19 @@ def _completion_prompt(prompt) -> str | list[int]:
     return prompt
 
 
-def _submit(d: EngineDriver, job: CompletionJob) -> RequestHandle:
+def _limit_error(exc: LimitExceeded, param: str) -> APIError:
+    message = param + str(exc).removeprefix(exc.field)  # the API's name for the field
+    kind = "rate_limit_error" if exc.status == 429 else None
+    return APIError(exc.status, message, param=param, code="limit_exceeded", type=kind)
+
+
+def client_owner(request: Request) -> str:
+    """The board's owner of a client's requests: a short hash of its address."""
+    host = request.client.host if request.client else "unknown"
+    return OWNER_PREFIX + hashlib.sha256(host.encode()).hexdigest()[:6]
+
+
+def _submit(d: EngineDriver, job: CompletionJob, owner: str) -> RequestHandle:
     """Hand the request to the driver (blocks until it is queued in the engine)."""
     cfg, snap = d.config, d.snapshot()
     if snap.num_waiting >= cfg.max_waiting:
@@ -230,10 +258,13 @@ def _submit(d: EngineDriver, job: CompletionJob) -> RequestHandle:
             job.prompt,
             job.params,
             request_id=job.request_id,
-            owner=OWNER,
+            owner=owner,
+            max_in_flight=d.limits.max_in_flight,
             wait=True,
             timeout=SUBMIT_TIMEOUT_S,
         )
+    except LimitExceeded as exc:
+        raise _limit_error(exc, exc.field) from None
     except RequestRejected as exc:
         if isinstance(exc.__cause__, QueueFullError):
             raise queue_full(cfg.max_waiting) from None

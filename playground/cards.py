@@ -33,6 +33,8 @@ def owner_label(owner: str | None, me: str | None = None) -> str:
         return name
     if kind == "visitor":
         return f"Visitor {name[:4]}"
+    if kind == "api":
+        return f"API {name[:4]}"
     return owner
 
 
@@ -151,6 +153,17 @@ def render_cards(state: BoardState, me: str | None = None) -> str:
     for r in others[-MAX_OTHER_CARDS:]:
         cards.append(render_card(owner_label(r.owner, me), "#64748b", r, live.get(r.request_id)))
     return f'<div class="pg-cards">{"".join(cards)}</div>'
+
+
+def render_alert(stuck_for: float | None) -> str:
+    """The watchdog's banner: empty while steps finish in time."""
+    if stuck_for is None:
+        return ""
+    return (
+        f'<div class="pg-alert" role="alert">⚠ The engine step has been running for '
+        f"{stuck_for:.0f} s: it looks stuck. The board resumes when it ends; the server log "
+        f"says where it is.</div>"
+    )
 
 
 def render_stats(state: BoardState) -> str:

@@ -14,18 +14,22 @@ follow the first lane.
 import itertools
 import logging
 import queue
+import sys
 import threading
 import time
+import traceback
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
+from functools import partial
 
 from engine import EngineConfig, LLMEngine, RequestOutput, StopReason
 from engine.telemetry import EngineSnapshot, RequestDetail
 from playground.board import BoardState, LaneStats
 from playground.lanes import Lane
+from playground.limits import PublicLimits
 from playground.requests import (
     Ledger,
     RequestHandle,
@@ -52,6 +56,7 @@ MAX_WATCHED = 8  # requests whose RequestDetail is refreshed after every step
 PUBLISH_INTERVAL = 0.05  # s; flat out, a BoardState at most 20 times a second
 IDLE_WAIT = 0.05  # s between looks at the inbox when there is nothing to step
 ERROR_BACKOFF = 0.1  # s after a failed step, so a broken engine does not spin
+STUCK_AFTER_S = 60.0  # a step running longer than this is reported as stuck
 
 
 class EngineDriver:
@@ -64,10 +69,19 @@ class EngineDriver:
         pace: float | str | None = "max",
         engine_factory: Callable[[EngineConfig], LLMEngine] | None = None,
         base_config: EngineConfig | None = None,
+        limits: PublicLimits | None = None,
+        stuck_after_s: float = STUCK_AFTER_S,
         start: bool = True,
     ):
         self.model, self.tokenizer = engine.model, engine.tokenizer
         self.base_config = base_config or engine.config  # what reset() starts from
+        self.limits = limits or PublicLimits()  # for the board and the API to apply
+        if not stuck_after_s > 0:
+            raise ValueError(f"stuck_after_s must be > 0, got {stuck_after_s!r}")
+        self.stuck_after_s = stuck_after_s
+        self._step_started: float | None = None  # time.monotonic() while a step runs
+        self._stuck_reported = 0  # steps_done value of the last step reported stuck
+        self.num_stuck_steps = 0
         self._factory = engine_factory or (lambda cfg: LLMEngine(self.model, self.tokenizer, cfg))
         self._lanes = [Lane(MAIN_LANE, engine)]
         self._inbox: queue.Queue = queue.Queue()
@@ -93,11 +107,14 @@ class EngineDriver:
         self._state: BoardState | None = None
         self._publish(force=True)
         self._thread = threading.Thread(target=self._loop, name="engine-driver", daemon=True)
+        self._watchdog = threading.Thread(target=self._watch, name="driver-watchdog", daemon=True)
         if start:
             self.start()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
+        if not self._watchdog.is_alive():
+            self._watchdog.start()
         if not self._thread.is_alive():
             self._thread.start()
 
@@ -122,18 +139,22 @@ class EngineDriver:
         request_id: str | None = None,
         owner: str | None = None,
         priority: int = 0,
+        max_in_flight: int | None = None,
         wait: bool = False,
         timeout: float = 30.0,
     ) -> RequestHandle:
         """Queue a request; outputs stream through the returned handle.
 
-        wait=True blocks until the driver has handed it to the engine and raises
+        max_in_flight: refuse it (LimitExceeded, HTTP 429) when `owner` already has this many
+        unfinished requests (checked on the driver thread, so concurrent submits cannot slip
+        past). wait=True blocks until the driver has handed it to the engine and raises
         RequestRejected (a ValueError) if the engine refused it, or
         concurrent.futures.TimeoutError if the driver did not get to it within `timeout`
         (the request is then dropped). Otherwise a refusal is raised by the handle's get().
         """
         handle = RequestHandle(request_id or self._next_id(), owner)
-        self._call(lambda: self._add_request(handle, prompt, params, priority), wait, timeout)
+        add = partial(self._add_request, handle, prompt, params, priority, max_in_flight)
+        self._call(add, wait, timeout)
         return handle
 
     def abort(self, request_id: str) -> None:
@@ -282,20 +303,29 @@ class EngineDriver:
                     log.exception("driver command failed")
                 fut.set_exception(exc)
 
-    def _add_request(self, handle: RequestHandle | None, prompt, params, priority) -> str:
+    def _add_request(
+        self, handle: RequestHandle | None, prompt, params, priority, max_in_flight=None
+    ) -> str:
         rid = handle.request_id if handle else self._next_id()
         record = RequestRecord(rid, handle.owner if handle else None, preview(prompt),
                                time.monotonic())  # fmt: skip
         added = []
         try:
+            if max_in_flight is not None and handle is not None:
+                mine = sum(h.owner == handle.owner for h in self._handles.values())
+                if mine >= max_in_flight:
+                    raise self.limits.in_flight_error(mine)
             for lane in self._lanes:
                 lane.engine.add_request(rid, prompt, params, priority=priority)
                 added.append(lane)
         except Exception as exc:
             for lane in added:  # a later lane refused: keep the lanes equal
                 lane.engine.abort_request(rid)
-            error = RequestRejected(str(exc))
-            error.__cause__ = exc  # e.g. QueueFullError, for the API's 429
+            if isinstance(exc, RequestRejected):
+                error = exc
+            else:
+                error = RequestRejected(str(exc))
+                error.__cause__ = exc  # e.g. QueueFullError, for the API's 429
             self._ledger.put(replace(record, finished=True, error=str(exc)))
             if handle is not None:
                 handle._queue.put(error)
@@ -303,6 +333,7 @@ class EngineDriver:
         for lane in self._lanes:
             lane.add(rid)
         self._ledger.put(record)
+        self._dirty = True  # the board shows it waiting, even while paused
         if handle is not None:
             self._handles[rid] = handle
         return rid
@@ -364,11 +395,14 @@ class EngineDriver:
                 self._publish(force=False)
                 self._wake.wait(IDLE_WAIT)
                 continue
-            t0 = time.monotonic()
+            t0 = self._step_started = time.monotonic()
             failed = False
-            for lane in list(self._lanes):
-                if lane.engine.has_unfinished_requests():
-                    failed |= self._step_lane(lane, lane is self._lanes[0])
+            try:
+                for lane in list(self._lanes):
+                    if lane.engine.has_unfinished_requests():
+                        failed |= self._step_lane(lane, lane is self._lanes[0])
+            finally:
+                self._step_started = None
             single = self._pending_steps > 0
             # before step_once() returns, and before a finished request's last output is sent,
             # so whoever holds that output sees a board (and /metrics) that counts it
@@ -382,6 +416,27 @@ class EngineDriver:
                 self._cond.notify_all()
             self._wait_for_pace(t0, ERROR_BACKOFF if failed else 0.0)
         self._publish(force=True)
+
+    def stuck_for(self) -> float | None:
+        """Seconds the running step has taken, once past `stuck_after_s`; else None."""
+        started = self._step_started
+        if started is None:
+            return None
+        elapsed = time.monotonic() - started
+        return elapsed if elapsed >= self.stuck_after_s else None
+
+    def _watch(self) -> None:
+        """The watchdog: logs each stuck step once, with where the driver thread is."""
+        while not self._stop.wait(min(1.0, self.stuck_after_s / 4)):
+            elapsed, step = self.stuck_for(), self._steps_done + 1
+            if elapsed is None or self._stuck_reported == step:
+                continue
+            self._stuck_reported = step
+            self.num_stuck_steps += 1
+            frame = sys._current_frames().get(self._thread.ident)
+            where = "".join(traceback.format_stack(frame)[-6:]) if frame else "?"
+            log.warning("engine step %d has run for %.0f s (stuck?); the driver is at:\n%s",
+                        step, elapsed, where)  # fmt: skip
 
     def _step_lane(self, lane: Lane, is_first: bool) -> bool:
         """One step of one lane; the first lane's outputs go to handles, ledger and users."""

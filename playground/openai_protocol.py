@@ -35,6 +35,10 @@ UNSUPPORTED = {  # OpenAI fields this engine cannot honour -> values that mean "
     "suffix": ("",),
     "best_of": (1,),
 }
+IGNORED = {  # OpenAI fields that do not change the output: accepted and not used
+    "user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier",
+    "parallel_tool_calls", "tool_choice", "modalities",
+}  # fmt: skip
 
 
 # -- errors
@@ -89,7 +93,9 @@ def param_of(loc) -> str:
 
 # -- request bodies
 class RequestBody(BaseModel):
-    """Fields shared by both routes. Unknown fields are ignored, as OpenAI does."""
+    """Fields shared by both routes. A field that is neither here, nor UNSUPPORTED, nor
+    IGNORED is refused by the route (400 naming it), as OpenAI refuses an unrecognized
+    argument; inside messages, unknown keys are ignored."""
 
     model_config = ConfigDict(extra="ignore")
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import gradio as gr
 
 from engine import EngineConfig, SamplingParams
+from engine.request_input import tokenize_prompt
 from playground import cards
 from playground.driver import EngineDriver, RequestRejected
 from playground.inspector import render_inspector
@@ -25,7 +26,6 @@ CSS_PATH = Path(__file__).resolve().parent.parent / "assets" / "style.css"
 TICK_S = 0.25  # ~4 Hz
 CHART_INTERVAL_S = 0.5  # charts redraw at most 2x/s: the browser's Plotly redraws are the cost
 PACES = ["max", "0.5", "1", "2", "5", "10"]
-MAX_LIVE_PER_VISITOR = 3
 INTRO = """
 <div class="pg-hero"><h1>Continuous batching, live</h1>
 <p>Simulated users and <b>you</b> share <b>one</b> LLM engine running in this process. Every
@@ -33,6 +33,14 @@ step the scheduler picks which sequences run and how many of their tokens fit th
 does <b>one</b> forward pass for all of them over a paged KV cache. Nothing here is animated:
 the charts are measured from real model forwards.</p></div>
 """
+
+
+def _submit_public(driver: EngineDriver, messages: list[dict], params, owner: str):
+    """A visitor's request, within the public limits (LimitExceeded names the field)."""
+    _, token_ids = tokenize_prompt(driver.tokenizer, messages)
+    params = driver.limits.check(params, len(token_ids))
+    limit = driver.limits.max_in_flight
+    return driver.submit(messages, params, owner=owner, max_in_flight=limit, wait=True, timeout=30)
 
 
 def _scenario_knobs(driver: EngineDriver, sc: Scenario) -> list:
@@ -80,6 +88,7 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
         with gr.Row(elem_classes="pg-top"):
             _html(INTRO)
             stats = _html(elem_id="pg-stats")
+        alert = _html(elem_id="pg-alert")  # the watchdog's word when a step hangs
         with gr.Row(equal_height=False):
             with gr.Column(scale=1, min_width=320, elem_classes="pg-side"):
                 gr.Markdown("#### Presets: one click starts one", elem_classes="pg-h")
@@ -125,7 +134,12 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
                 )
                 with gr.Accordion("Sampling", open=False):
                     max_tokens = gr.Slider(
-                        1, 256, value=48, step=1, label="max_tokens", elem_id="pg-max-tokens"
+                        1,
+                        min(256, driver.limits.max_tokens),
+                        value=min(48, driver.limits.max_tokens),
+                        step=1,
+                        label="max_tokens",
+                        elem_id="pg-max-tokens",
                     )
                     temperature = gr.Slider(0, 2, value=0.7, step=0.05, label="temperature")
                     top_p = gr.Slider(0.05, 1, value=0.95, step=0.05, label="top_p")
@@ -180,6 +194,7 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
             """Cheap: never waits for the driver. The text comes with the tick; the charts
             come through chart_version's change event, at most every CHART_INTERVAL_S."""
             state, now = driver.state(), time.monotonic()
+            warning = cards.render_alert(driver.stuck_for())
             due = state.version != charts_seen and now - (last_charts or 0) >= CHART_INTERVAL_S
             versions = [
                 state.version if state.version != seen else gr.skip(),
@@ -188,10 +203,10 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
                 now if due else gr.skip(),
             ]
             if state.version == seen:
-                return versions + [gr.skip()] * len(board_outputs)
+                return [*versions, warning] + [gr.skip()] * len(board_outputs)
             me = cards.visitor_owner(request.session_hash)
             deltas = driver.deltas(rid) if rid else ()
-            return versions + board_values(state, me, rid, deltas)
+            return [*versions, warning, *board_values(state, me, rid, deltas)]
 
         def redraw_charts(_version, charts_sent: dict):
             return chart_values(driver.state(), cache, charts_sent)
@@ -256,9 +271,6 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
             me = cards.visitor_owner(request.session_hash)
             if not text or not text.strip():
                 return gr.skip(), "Type a prompt first."
-            live = [r for r in driver.state().records if r.owner == me and not r.finished]
-            if len(live) >= MAX_LIVE_PER_VISITOR:
-                return gr.skip(), f"You already have {len(live)} requests running: wait or cancel."
             try:
                 params = SamplingParams(
                     max_tokens=int(mt),
@@ -270,8 +282,9 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
                     logprobs=5 if lp else None,
                 )
                 messages = [{"role": "user", "content": text}]
-                handle = driver.submit(messages, params, owner=me, wait=True, timeout=30)
+                handle = _submit_public(driver, messages, params, me)
             except (RequestRejected, ValueError) as exc:
+                gr.Warning(f"Refused: {exc}")
                 return gr.skip(), f"Refused: {exc}"
             return "", f"Sent as **{handle.request_id}**: it streams into your card."
 
@@ -305,7 +318,7 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
             """Text in, text out: the prompt (as a user turn) joins the board's batch."""
             params = SamplingParams(max_tokens=int(max_tokens), temperature=float(temperature))
             messages = [{"role": "user", "content": prompt}]
-            handle = driver.submit(messages, params, owner="gradio_client", wait=True)
+            handle = _submit_public(driver, messages, params, "gradio_client")
             return handle.result(timeout=600).text
 
         def leave(request: gr.Request):
@@ -314,8 +327,8 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
         # -- wiring ---------------------------------------------------------------------------
         hidden = dict(show_progress="hidden", queue=False)
         tick_inputs = [version, chart_version, charts_at, inspect_rid]
-        timer.tick(tick, tick_inputs, versions + board_outputs, **hidden)
-        demo.load(tick, tick_inputs, versions + board_outputs, show_progress="hidden")
+        timer.tick(tick, tick_inputs, [*versions, alert, *board_outputs], **hidden)
+        demo.load(tick, tick_inputs, [*versions, alert, *board_outputs], show_progress="hidden")
         chart_version.change(redraw_charts, [chart_version, sent], chart_outputs, **hidden)
         compare_version.change(redraw_compare, [compare_version, sent_compare], compare_outputs,
                                **hidden)  # fmt: skip

@@ -4,6 +4,8 @@ The bulk runs on a tiny random Llama with the bundled tokenizer (fast, greedy-de
 test_real_model.py serves the real default model. Servers run uvicorn in a thread.
 """
 
+from dataclasses import replace
+
 import pytest
 
 from engine import EngineConfig, LLMEngine
@@ -37,6 +39,7 @@ def app_server(make_driver):
     import app as app_module
 
     driver = make_driver()
+    driver.limits = replace(driver.limits, max_in_flight=64)  # every test client is 127.0.0.1
     driver.model.config._name_or_path = TINY_MODEL
     server = Server(app_module.create_app(driver))
     server.driver, server.model = driver, TINY_MODEL

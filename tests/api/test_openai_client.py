@@ -53,7 +53,7 @@ def test_chat_completion_counts_tokens_like_the_tokenizer(client, app_server, ti
     assert "".join(t.token for t in choice.logprobs.content) == choice.message.content
     # it is on the board, labelled as an API request
     record = _finished_record(app_server.driver, r.id)
-    assert record.owner == "api" and record.text == choice.message.content
+    assert record.owner.startswith("api:") and record.text == choice.message.content
 
 
 def test_completion_counts_tokens_like_the_tokenizer(client, tiny_model):
@@ -123,7 +123,8 @@ def test_api_requests_show_on_the_board(client, app_server):
     r = client.completions.create(model=TINY_MODEL, prompt="Board check", max_tokens=3)
     record = _finished_record(app_server.driver, r.id)  # published up to 50 ms later
     state = app_server.driver.state()
-    assert record.owner == "api" and record.stop_reason == "max_tokens"
+    assert record.owner.startswith("api:") and record.stop_reason == "max_tokens"
     assert any(s.request_id == r.id for s in state.snapshot.requests)  # queues and timeline
-    html = render_cards(state)  # the latest API request has its card, named "api"
-    assert f'<span class="pg-name">api</span><span class="pg-rid">{r.id}</span>' in html
+    html = render_cards(state)  # the client's latest request has its card, "API <hash>"
+    name = f"API {record.owner.removeprefix('api:')[:4]}"
+    assert f'<span class="pg-name">{name}</span><span class="pg-rid">{r.id}</span>' in html

@@ -6,81 +6,12 @@ tmp dir; PLAYGROUND_UPDATE_SCREENSHOT=1 writes assets/screenshot.png (the README
 """
 
 import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
-]  # fmt: skip
-START_TIMEOUT = 240  # s; a cold first start converts the bundled GGUF (~20 s on 2 cores)
-
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium"),
-]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def server():
-    port = _free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("SPACE_ID", None)
-    proc = subprocess.Popen(
-        [sys.executable, "app.py", "--port", str(port), "--max-num-seqs", "16"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stdout.read()
-        try:
-            with urllib.request.urlopen(url + "/healthz", timeout=2) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        proc.kill()
-        pytest.fail("the app did not answer /healthz in time")
-    yield url
-    proc.send_signal(signal.SIGINT)  # Ctrl-C: driver and server stop cleanly
-    try:
-        assert proc.wait(timeout=30) == 0, proc.stdout.read()[-3000:]
-    finally:
-        proc.kill()
-
-
-@pytest.fixture(scope="module")
-def browser(server):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
-
-
-@pytest.fixture(scope="module")
-def page(server, browser):
-    page = browser.new_page(viewport={"width": 1600, "height": 1000})
-    page.goto(server)
-    return page
+pytestmark = pytest.mark.e2e
 
 
 def _count(page, js: str) -> int:

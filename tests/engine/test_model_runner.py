@@ -1,7 +1,8 @@
-"""ModelRunner's pure helpers: decode grouping by context length."""
+"""ModelRunner: decode grouping by context length, and a pool that does not fit."""
 
 import itertools
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -40,3 +41,16 @@ def test_split_by_length_cases():
     assert split_by_length([7] * 32) == [32]  # equal lengths: one group, no padding
     assert split_by_length([35] + [3] * 31, group_cost=16) == [1, 32]  # one long outlier
     assert split_by_length([35, 34, 33], group_cost=16) == [3]  # a split would not pay
+
+
+def test_a_pool_that_cannot_be_allocated_is_a_clear_error(tiny_model, monkeypatch):
+    import torch
+
+    from engine import EngineConfig, LLMEngine, model_runner
+
+    def no_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("simulated: no memory for the pool")
+
+    monkeypatch.setattr(model_runner.torch, "zeros", no_memory)
+    with pytest.raises(ValueError, match=r"num_kv_blocks=4096 needs .* GiB"):
+        LLMEngine(*tiny_model, EngineConfig(num_kv_blocks=4096))

@@ -8,6 +8,7 @@ from fastapi.testclient import TestClient
 from gradio.components.plot import PlotData
 
 import app
+from playground.limits import PublicLimits
 from playground.ui import build_ui
 from playground.views import (
     COMPARE_KEYS,
@@ -41,6 +42,10 @@ def test_cli_flags_map_to_engine_config(monkeypatch):
     cfg = app.engine_config(args)
     assert (cfg.max_num_seqs, cfg.num_kv_blocks, cfg.scheduling_policy) == (4, 64, "static")
     assert cfg.enable_prefix_caching is False and cfg.enable_chunked_prefill is True
+    limits = app.public_limits(app.parse_args(["--limit-max-tokens", "64", "--limit-in-flight",
+                                               "2", "--request-timeout", "0"]))  # fmt: skip
+    assert (limits.max_tokens, limits.max_in_flight, limits.default_timeout_s) == (64, 2, None)
+    assert app.public_limits(app.parse_args([])) == PublicLimits()
     monkeypatch.delenv("SPACE_ID", raising=False)
     monkeypatch.delenv("GRADIO_SERVER_PORT", raising=False)
     monkeypatch.setenv("PORT", "9999")

@@ -1,0 +1,111 @@
+"""Public-Space safety in a real chromium: visitor text never runs as code, and 8 browser
+sessions plus 16 API streams for 60 s all end, with the board refreshing and a clean log."""
+
+import json
+import threading
+import time
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+STATUS = "() => document.querySelector('#pg-send-status').textContent"
+MY_CARD_DONE = """() => { const c = document.querySelector('.pg-card.pg-mine');
+    return !!(c && c.querySelector('.pg-finished')) }"""
+XSS = '<img src=x onerror="alert(1)"><script>alert(2)</script><b>bold?</b>'
+
+
+def _send(page, prompt: str, max_tokens: int = 12) -> None:
+    """Send a prompt and wait for the board's answer to THIS send ("Sent as" a new id)."""
+    before = page.evaluate(STATUS)
+    page.fill("#pg-max-tokens input[type=number]", str(max_tokens))
+    page.press("#pg-max-tokens input[type=number]", "Enter")
+    page.fill("#pg-prompt textarea", prompt)
+    page.click("#pg-send")
+    answered = f"""(before) => {{ const t = ({STATUS})();
+        return t !== before && (t.includes('Sent as') || t.includes('Refused')) }}"""
+    page.wait_for_function(answered, arg=before, timeout=60_000)
+    status = page.evaluate(STATUS)
+    assert "Sent as" in status, status
+
+
+def _open(browser, url):
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    page.goto(url)
+    page.wait_for_selector("#pg-board .pg-cards", timeout=60_000)
+    page.get_by_text("Sampling").click()
+    return page
+
+
+def test_visitor_text_is_shown_as_text_and_runs_nothing(server, browser):
+    page = _open(browser, server)
+    dialogs = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    _send(page, XSS)
+    page.wait_for_function(MY_CARD_DONE, timeout=120_000)
+    card = page.locator(".pg-card.pg-mine .pg-prompt")
+    assert XSS in card.inner_text()  # the markup, shown as characters
+    assert page.evaluate("() => document.querySelectorAll('img[src=\"x\"]').length") == 0
+    assert page.evaluate("() => [...document.scripts].some(s => s.text.includes('alert(2)'))") \
+        is False  # fmt: skip
+    page.wait_for_timeout(1500)  # an onerror would have fired by now
+    assert dialogs == []
+    page.context.close()
+
+
+def _api_stream(url: str, stop_at: float, results: list, errors: list) -> None:
+    """One client that keeps a stream open until stop_at, one request after another."""
+    body = {"messages": [{"role": "user", "content": "Count to five."}], "max_tokens": 12,
+            "stream": True}  # fmt: skip
+    with httpx.Client(timeout=120) as http:
+        while time.monotonic() < stop_at:
+            try:
+                with http.stream("POST", url + "/v1/chat/completions", json=body) as r:
+                    if r.status_code != 200:
+                        errors.append(f"HTTP {r.status_code}: {r.read()[:200]!r}")
+                        continue
+                    reason, done = None, False
+                    for line in r.iter_lines():
+                        if line == "data: [DONE]":
+                            done = True
+                        elif line.startswith("data: "):
+                            choice = json.loads(line[6:])["choices"][0]
+                            reason = choice.get("finish_reason") or reason
+                    results.append((reason, done))
+            except httpx.HTTPError as exc:
+                errors.append(repr(exc))
+
+
+def test_8_browsers_and_16_api_streams_for_60_s(server, browser):
+    pages = [_open(browser, server) for _ in range(8)]
+    stop_at = time.monotonic() + 60
+    results, errors = [], []
+    threads = [threading.Thread(target=_api_stream, args=(server, stop_at, results, errors))
+               for _ in range(16)]  # fmt: skip
+    for t in threads:
+        t.start()
+    sent = [0] * len(pages)
+    stats_seen = [set() for _ in pages]
+    while time.monotonic() < stop_at:  # each visitor sends again once its answer is in
+        for i, page in enumerate(pages):
+            stats_seen[i].add(page.inner_text("#pg-stats"))
+            if sent[i] == 0 or page.evaluate(MY_CARD_DONE):
+                _send(page, f"Visitor {i}, message {sent[i]}: say something short.")
+                sent[i] += 1
+                page.wait_for_timeout(1000)  # steps run meanwhile: the board must show them
+                stats_seen[i].add(page.inner_text("#pg-stats"))
+        time.sleep(0.5)
+    for t in threads:
+        t.join(180)
+    for page in pages:  # every visitor's last request ends too
+        page.wait_for_function(MY_CARD_DONE, timeout=180_000)
+        page.context.close()
+    assert errors == []
+    assert len(results) >= 16
+    assert all(done and reason in ("length", "stop") for reason, done in results), results
+    assert all(n >= 1 for n in sent)
+    assert all(len(seen) >= 2 for seen in stats_seen), ("a board stopped refreshing", sent)
+    assert httpx.get(server + "/healthz").json()["status"] == "ok"
+    log = server.log()
+    assert "Traceback" not in log and " ERROR " not in log, log[-3000:]
