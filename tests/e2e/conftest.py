@@ -1,6 +1,7 @@
 """The e2e fixtures: `python app.py` on a free 127.0.0.1 port (the real default model) and
-Debian's chromium driven by Playwright. One server per session; its log goes to a file that
-tests read (`server.log()`), so a chatty server can never block on a full pipe."""
+Debian's chromium driven by Playwright. One server per test module (so a preset one module
+starts does not load the next); its log goes to a file that tests read (`server.log()`), so a
+chatty server can never block on a full pipe."""
 
 import os
 import signal
@@ -38,7 +39,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def server(tmp_path_factory):
     port = _free_port()
     log_path = tmp_path_factory.mktemp("app") / "server.log"
@@ -71,7 +72,7 @@ def server(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def browser(server):
+def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -84,4 +85,5 @@ def browser(server):
 def page(server, browser):
     page = browser.new_page(viewport={"width": 1600, "height": 1000})
     page.goto(server)
-    return page
+    yield page
+    page.close()

@@ -16,11 +16,10 @@ MY_CARD_DONE = """() => { const c = document.querySelector('.pg-card.pg-mine');
 XSS = '<img src=x onerror="alert(1)"><script>alert(2)</script><b>bold?</b>'
 
 
-def _send(page, prompt: str, max_tokens: int = 12) -> None:
-    """Send a prompt and wait for the board's answer to THIS send ("Sent as" a new id)."""
+def _send(page, prompt: str) -> None:
+    """Send a prompt (the board's default max_tokens) and wait for the answer to THIS send:
+    "Sent as" a new id."""
     before = page.evaluate(STATUS)
-    page.fill("#pg-max-tokens input[type=number]", str(max_tokens))
-    page.press("#pg-max-tokens input[type=number]", "Enter")
     page.fill("#pg-prompt textarea", prompt)
     page.click("#pg-send")
     answered = f"""(before) => {{ const t = ({STATUS})();
@@ -34,7 +33,6 @@ def _open(browser, url):
     page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
     page.goto(url)
     page.wait_for_selector("#pg-board .pg-cards", timeout=60_000)
-    page.get_by_text("Sampling").click()
     return page
 
 

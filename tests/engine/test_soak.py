@@ -1,4 +1,5 @@
-"""Soak: 1,000 random requests with aborts, timeouts and preemption; nothing lost or leaked."""
+"""Soak: 1,000 random requests with aborts, timeouts, preemption and injected forward
+failures; nothing lost, nothing leaked, and only the poisoned requests end with ERROR."""
 
 import random
 
@@ -6,6 +7,7 @@ from engine import SamplingParams, StopReason
 from tests.engine.kit import GreedyChecker, assert_no_leak, make_engine
 
 NUM_REQUESTS = 1000
+POISON = 777  # a token id whose presence in a forward makes the wrapped model raise
 WORDS = ["batch", "token", "KV", "café", "naïve", "你好", "世界", "🚀", "🙂", "Ω", "ß", "\n", "  "]
 
 
@@ -18,6 +20,15 @@ def random_prompt(rng: random.Random, max_len: int):
     if kind < 0.75:  # chat messages
         return [{"role": "user", "content": rng.choice(WORDS) + " please"}]
     return [rng.randrange(3, 49152) for _ in range(rng.randint(1, 60))]
+
+
+def _clean(prompt):
+    """A random token prompt never holds the poison by chance."""
+    return [t if t != POISON else POISON + 1 for t in prompt] if _is_ids(prompt) else prompt
+
+
+def _is_ids(prompt) -> bool:
+    return isinstance(prompt, list) and bool(prompt) and isinstance(prompt[0], int)
 
 
 def random_params(rng: random.Random) -> SamplingParams:
@@ -36,12 +47,21 @@ def random_params(rng: random.Random) -> SamplingParams:
     )
 
 
-def test_soak_thousand_requests(llama_pair, tokenizer):
+def test_soak_thousand_requests(llama_pair, tokenizer, monkeypatch):
     rng = random.Random(1234)
     engine = make_engine(
         llama_pair[0], tokenizer, num_kv_blocks=64, max_num_batched_tokens=128, max_num_seqs=32,
         max_model_len=160,
     )  # fmt: skip
+    real_forward = engine.runner.model.forward
+
+    def forward(input_ids=None, **kwargs):  # the injected fault
+        if (input_ids == POISON).any():
+            raise RuntimeError("injected fault")
+        return real_forward(input_ids=input_ids, **kwargs)
+
+    monkeypatch.setattr(engine.runner.model, "forward", forward)
+    poisoned: set[str] = set()
     greedy = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
     added, finished, greedy_ids = [], {}, []
     aborts: dict[int, list[str]] = {}  # step -> requests to abort then
@@ -52,12 +72,16 @@ def test_soak_thousand_requests(llama_pair, tokenizer):
             rid = f"r{len(added)}"
             roll = rng.random()
             if roll < 0.1:
-                prompt = [rng.randrange(3, 49152) for _ in range(rng.randint(1, 40))]
+                prompt = _clean([rng.randrange(3, 49152) for _ in range(rng.randint(1, 40))])
                 params = greedy
                 greedy_ids.append(rid)
+            elif roll < 0.12:  # a request whose forward fails
+                prompt = [rng.randrange(3, 49152) for _ in range(rng.randint(0, 20))] + [POISON]
+                params = random_params(rng)
+                poisoned.add(rid)
             else:
-                params, prompt = random_params(rng), random_prompt(rng, 160)
-                if roll < 0.15:
+                params, prompt = random_params(rng), _clean(random_prompt(rng, 160))
+                if roll < 0.17:
                     params.timeout_s = rng.uniform(0.001, 0.05)
                     num_timeouts += 1
             engine.add_request(rid, prompt, params)
@@ -80,6 +104,14 @@ def test_soak_thousand_requests(llama_pair, tokenizer):
     assert reasons.get("cancelled", 0) == num_aborted > 100
     assert reasons.get("timeout", 0) > 0 and engine.snapshot().totals.num_preemptions > 0
     assert_no_leak(engine)
+    errors = {rid for rid, out in finished.items() if out.stop_reason == StopReason.ERROR}
+    for rid in errors:  # only a forward that saw the poison fails
+        out = finished[rid]
+        seen = [*out.prompt_token_ids, *(t for c in out.outputs for t in c.token_ids)]
+        assert rid in poisoned or POISON in seen, rid
+    for rid in poisoned:  # and every poisoned request ends, with ERROR unless aborted first
+        assert finished[rid].stop_reason in (StopReason.ERROR, StopReason.CANCELLED), rid
+    assert len(errors & poisoned) >= 10
     checker = GreedyChecker(llama_pair[1])
     for rid in greedy_ids:
         out = finished[rid]
@@ -88,6 +120,7 @@ def test_soak_thousand_requests(llama_pair, tokenizer):
     assert checker.num_exact + checker.num_near_ties >= len(greedy_ids) * 0.5
     print(
         f"soak: {len(added)} requests, {steps} steps, {num_aborted} aborted, "
+        f"{len(poisoned)} poisoned ({len(errors)} ended with ERROR), "
         f"{reasons.get('timeout', 0)} timeouts, {engine.snapshot().totals.num_preemptions} "
         f"preemptions, {checker.num_exact} greedy exact, {checker.num_near_ties} near-ties, "
         f"stop reasons {reasons}"
