@@ -9,6 +9,8 @@ import httpx
 import pytest
 
 pytestmark = pytest.mark.e2e
+# The 60-s load test saturates 2 cores (8 chromium renderers + the server); `make test` leaves
+# it out (marker "load"), `make test-load` runs it. See the issue note.
 
 STATUS = "() => document.querySelector('#pg-send-status').textContent"
 MY_CARD_DONE = """() => { const c = document.querySelector('.pg-card.pg-mine');
@@ -75,6 +77,7 @@ def _api_stream(url: str, stop_at: float, results: list, errors: list) -> None:
                 errors.append(repr(exc))
 
 
+@pytest.mark.load
 def test_8_browsers_and_16_api_streams_for_60_s(server, browser):
     pages = [_open(browser, server) for _ in range(8)]
     stop_at = time.monotonic() + 60
@@ -96,9 +99,12 @@ def test_8_browsers_and_16_api_streams_for_60_s(server, browser):
         time.sleep(0.5)
     for t in threads:
         t.join(180)
-    for page in pages:  # every visitor's last request ends too
-        page.wait_for_function(MY_CARD_DONE, timeout=180_000)
-        page.context.close()
+    try:
+        for page in pages:  # every visitor's last request ends too
+            page.wait_for_function(MY_CARD_DONE, timeout=300_000)
+    finally:
+        for page in pages:
+            page.context.close()
     assert errors == []
     assert len(results) >= 16
     assert all(done and reason in ("length", "stop") for reason, done in results), results
