@@ -27,10 +27,11 @@ def split_by_length(num_blocks: list[int], group_cost: int = DECODE_GROUP_COST) 
     n = len(num_blocks)
     cuts = [i for i in range(n) if i == 0 or num_blocks[i] != num_blocks[i - 1]]
     best = {n: (0, n)}  # start -> (cost of everything from start, end of its group)
-    for start in reversed(cuts):
+    for i in reversed(range(len(cuts))):
+        start = cuts[i]
         best[start] = min(
             (group_cost + (end - start) * num_blocks[start] + best[end][0], end)
-            for end in [c for c in cuts if c > start] + [n]
+            for end in [*cuts[i + 1 :], n]
         )
     ends, start = [], 0
     while start < n:
