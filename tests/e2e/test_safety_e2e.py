@@ -9,8 +9,10 @@ import httpx
 import pytest
 
 pytestmark = pytest.mark.e2e
-# The 60-s load test saturates 2 cores (8 chromium renderers + the server); `make test` leaves
-# it out (marker "load"), `make test-load` runs it. See the issue note.
+# On 2 cores the load test's 8 chromium renderers take as much CPU as the server: a click
+# waits for animation frames of a starved renderer (up to ~30 s measured), hence the long
+# action timeout of its pages. Slow is allowed there; lost, stuck or failing is not.
+LOAD_ACTION_TIMEOUT_MS = 120_000
 
 STATUS = "() => document.querySelector('#pg-send-status').textContent"
 MY_CARD_DONE = """() => { const c = document.querySelector('.pg-card.pg-mine');
@@ -26,13 +28,14 @@ def _send(page, prompt: str) -> None:
     page.click("#pg-send")
     answered = f"""(before) => {{ const t = ({STATUS})();
         return t !== before && (t.includes('Sent as') || t.includes('Refused')) }}"""
-    page.wait_for_function(answered, arg=before, timeout=60_000)
+    page.wait_for_function(answered, arg=before, timeout=LOAD_ACTION_TIMEOUT_MS)
     status = page.evaluate(STATUS)
     assert "Sent as" in status, status
 
 
 def _open(browser, url):
     page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    page.set_default_timeout(LOAD_ACTION_TIMEOUT_MS)
     page.goto(url)
     page.wait_for_selector("#pg-board .pg-cards", timeout=60_000)
     return page
@@ -77,7 +80,6 @@ def _api_stream(url: str, stop_at: float, results: list, errors: list) -> None:
                 errors.append(repr(exc))
 
 
-@pytest.mark.load
 def test_8_browsers_and_16_api_streams_for_60_s(server, browser):
     pages = [_open(browser, server) for _ in range(8)]
     stop_at = time.monotonic() + 60

@@ -9,7 +9,7 @@ from gradio.components.plot import PlotData
 
 import app
 from playground.limits import PublicLimits
-from playground.ui import build_ui
+from playground.ui import TICK_S, build_ui
 from playground.views import (
     COMPARE_KEYS,
     PLOT_KEYS,
@@ -93,3 +93,20 @@ def test_compare_charts_are_drawn_only_in_compare_mode():
     sent, *plots = compare_values(both, cache)
     assert len(plots) == len(COMPARE_KEYS) and all(isinstance(v, PlotData) for v in plots)
     assert set(sent) == set(COMPARE_KEYS)
+
+
+def test_the_timer_slows_down_while_many_sessions_watch(driver):
+    """The tick answers the session's timer interval: TICK_S for a few watchers, longer for
+    more (charts likewise), so a small CPU is not spent on redraws."""
+    demo = build_ui(driver)
+    tick = next(f.fn for f in demo.fns.values() if f.name == "tick")  # timer and page load
+
+    def interval(session: str, every: float):  # the timer output of one tick
+        out = tick(-1, -1, 0.0, None, every, gr.Request(session_hash=session))
+        return out[4]
+
+    assert interval("s0", TICK_S) == gr.skip()  # one watcher: the timer is left as it is
+    assert interval("s0", 1.0) == TICK_S  # a slowed-down timer is set back
+    for i in range(1, 8):
+        interval(f"s{i}", TICK_S)
+    assert interval("s0", TICK_S) == 2 * TICK_S  # 8 watchers, 4 at full rate
