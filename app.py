@@ -34,6 +34,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Continuous batching playground (Gradio board).")
     p.add_argument("--model", default="default", help="'default' (SmolLM2-135M), a dir or hub id")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--dtype", default="auto", help="auto (CPU float32, CUDA bfloat16) | bfloat16")
     p.add_argument("--host", default=None, help="default 127.0.0.1; 0.0.0.0 on a Space")
     p.add_argument("--port", type=int, default=None, help="default $PORT or 7860")
     p.add_argument("--max-num-seqs", type=int, default=None)
@@ -141,7 +142,9 @@ def main(argv=None) -> None:
     config = engine_config(args)  # validated before the slow load
     limits = public_limits(args)
     host, port = resolve_host_port(args)
-    engine = LLMEngine.from_pretrained(args.model, device=args.device, **_fields(config))
+    engine = LLMEngine.from_pretrained(
+        args.model, device=args.device, dtype=args.dtype, **_fields(config)
+    )
     driver = EngineDriver(
         engine, pace=args.pace, base_config=config, limits=limits, stuck_after_s=args.stuck_after
     )

@@ -505,6 +505,13 @@ def main():
     )
     parser.add_argument("--threads", type=int, default=None, help="torch threads")
     parser.add_argument(
+        "--transformers-layout",
+        choices=["shared", "stock"],
+        default="shared",
+        help="shared: the transformers systems run on the engine's model object, with its CPU "
+        "weight layout; stock: on a second copy in transformers' own layout",
+    )
+    parser.add_argument(
         "--quiet-pressure",
         type=float,
         default=None,
@@ -539,8 +546,12 @@ def main():
     )
     print(f"workload (seed {args.seed}): {describe(workload)}", flush=True)
 
+    stock = None
+    if args.transformers_layout == "stock" and any(n.startswith("hf_") for n in systems):
+        stock, _ = load_model(args.model, cpu_layout=False)
     results: list[RunResult] = []
     for name in systems:
+        system_model = stock if stock is not None and name.startswith("hf_") else model
         for attempt in range(1, args.retries + 2):
             last = attempt == args.retries + 1
             if args.quiet_pressure is not None:
@@ -549,7 +560,7 @@ def main():
                     print(f"  (waited {waited:.0f} s for a quiet CPU)", flush=True)
             guard = NoiseGuard(None if last else args.quiet_pressure)
             try:
-                result = run_system(name, model, tokenizer, workload, args, guard)
+                result = run_system(name, system_model, tokenizer, workload, args, guard)
             except NoisyRun as noisy:
                 print(f"  {SYSTEMS[name]}: aborted ({noisy}), retrying", flush=True)
                 gc.collect()

@@ -23,7 +23,7 @@ def llama_pair():
 
 @pytest.fixture(scope="session")
 def smollm2_reference():
-    """A second, stock SmolLM2 model object (the engine's own runs paged attention)."""
+    """A second SmolLM2 model object in transformers' own weight layout and attention."""
     from engine.loader import load_model
 
-    return load_model("default")[0]
+    return load_model("default", cpu_layout=False)[0]

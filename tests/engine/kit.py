@@ -14,6 +14,7 @@ from transformers import (
 )
 
 from engine import EngineConfig, LLMEngine
+from engine.loader import transpose_linear_weights
 
 TINY = dict(
     vocab_size=49152,  # the SmolLM2 tokenizer's
@@ -35,7 +36,8 @@ NEAR_TIE = 1e-3  # DESIGN.md's correctness criterion
 
 
 def make_tiny_pair(arch: str, seed: int = 0):
-    """(model for the engine, identical stock model for reference), from separate configs."""
+    """(model for the engine, identical stock model for reference), from separate configs.
+    The engine's model gets the weight layout `load_model` gives a CPU model."""
     config_cls, model_cls, extra = TINY_ARCHS[arch]
     config = config_cls(**TINY, **extra)
     torch.manual_seed(seed)
@@ -47,6 +49,7 @@ def make_tiny_pair(arch: str, seed: int = 0):
                 p.mul_(4.0)
     reference = model_cls(copy.deepcopy(config)).eval()
     reference.load_state_dict(model.state_dict())
+    transpose_linear_weights(model)
     return model, reference
 
 

@@ -243,3 +243,14 @@ def test_gguf_cache_race_keeps_the_winner(fake_gguf, tmp_path, tiny_dir, monkeyp
     assert [p.name for p in cache.iterdir()] == [fake_gguf.entry]
     assert (cache / fake_gguf.entry / "winner").exists()
     assert model.config.hidden_size == 64
+
+
+def test_cpu_layout_transposes_every_linear_weight_the_tied_lm_head_too(default_model):
+    model, tokenizer = default_model
+    assert model.lm_head.weight is model.get_input_embeddings().weight  # still one tensor
+    assert all(m.weight.stride(0) == 1 for m in model.modules() if isinstance(m, torch.nn.Linear))
+    stock, _ = load_model("default", device="cpu", cpu_layout=False)
+    assert stock.lm_head.weight.stride(1) == 1  # transformers' own layout
+    torch.testing.assert_close(
+        last_logits(model, tokenizer), last_logits(stock, tokenizer), rtol=1e-4, atol=1e-4
+    )
