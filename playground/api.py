@@ -237,7 +237,7 @@ def _completion_prompt(prompt) -> str | list[int]:
 
 
 def _limit_error(exc: LimitExceeded, param: str) -> APIError:
-    message = param + str(exc).removeprefix(exc.field)  # the API's name for the field
+    message = f"{param}: {exc.message}"  # the API's name for the field
     kind = "rate_limit_error" if exc.status == 429 else None
     return APIError(exc.status, message, param=param, code="limit_exceeded", type=kind)
 

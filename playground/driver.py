@@ -312,7 +312,7 @@ class EngineDriver:
         added = []
         try:
             if max_in_flight is not None and handle is not None:
-                mine = sum(h.owner == handle.owner for h in self._handles.values())
+                mine = len(self._ledger.live_of(handle.owner))
                 if mine >= max_in_flight:
                     raise self.limits.in_flight_error(mine)
             for lane in self._lanes:

@@ -19,7 +19,7 @@ class LimitExceeded(RequestRejected):
 
     def __init__(self, field: str, message: str, status: int = 400):
         super().__init__(f"{field}: {message}")
-        self.field, self.status = field, status
+        self.field, self.message, self.status = field, message, status
 
 
 @dataclass(frozen=True, slots=True)

@@ -199,6 +199,8 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
             is part of the answer."""
             state, now = driver.state(), time.monotonic()
             warning = cards.render_alert(driver.stuck_for())
+            if not warning and state.version == seen:
+                warning = gr.skip()  # nothing shown (the last new version cleared it)
             slowdown = audience.slowdown(request.session_hash, now)
             due = (
                 state.version != charts_seen

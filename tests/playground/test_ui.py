@@ -110,3 +110,13 @@ def test_the_timer_slows_down_while_many_sessions_watch(driver):
     for i in range(1, 8):
         interval(f"s{i}", TICK_S)
     assert interval("s0", TICK_S) == 2 * TICK_S  # 8 watchers, 4 at full rate
+
+
+def test_the_watchdog_banner_is_sent_only_when_it_can_have_changed(driver):
+    demo = build_ui(driver)
+    tick = next(f.fn for f in demo.fns.values() if f.name == "tick")
+    request = gr.Request(session_hash="a")
+    first = tick(-1, -1, 0.0, None, TICK_S, request)
+    assert first[5] == ""  # a new board version: the (empty) banner comes with it
+    version = first[0]
+    assert tick(version, version, 0.0, None, TICK_S, request)[5] == gr.skip()
