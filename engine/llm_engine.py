@@ -120,6 +120,11 @@ class LLMEngine:
             raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise ValueError(f"priority must be an int, got {priority!r}")
+        if params.n > self.config.max_num_seqs:  # all n completions decode in one batch
+            raise ValueError(
+                f"n must be an integer in [1, {self.config.max_num_seqs}] (at most "
+                f"max_num_seqs={self.config.max_num_seqs}), got {params.n}"
+            )
         if len(self.scheduler.waiting) >= self.config.max_waiting:
             raise QueueFullError(
                 f"the waiting queue is full (max_waiting={self.config.max_waiting}); retry later"

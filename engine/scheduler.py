@@ -122,10 +122,15 @@ class Scheduler:
         static = self.config.scheduling_policy == "static"
         if out.preempted or (static and not was_idle):
             return out
-        while self.waiting and len(self.running) < self.config.max_num_seqs:
+        # A prompt not yet sampled holds the seats of the n - 1 siblings it will fork, so
+        # forks never push the running batch past max_num_seqs.
+        num_seats = sum(s.max_num_running_seqs for s in self.running)
+        while self.waiting:
             if budget == 0 and not static:
                 break
             seq = self.waiting[0]
+            if num_seats + seq.max_num_running_seqs > self.config.max_num_seqs:
+                break
             computed = self.block_manager.get_computed_blocks(seq)
             num_uncomputed = seq.num_tokens - len(computed) * self.block_manager.block_size
             num_new = min(num_uncomputed, budget)
@@ -138,6 +143,7 @@ class Scheduler:
             out.blocks_to_copy += self.block_manager.allocate(seq, num_new, computed)
             seq.set_status(SequenceStatus.RUNNING)
             self.running.append(seq)
+            num_seats += seq.max_num_running_seqs
             out.admitted.append(seq)
             if num_new:
                 out.scheduled.append(ScheduledSequence(seq, num_new))

@@ -99,6 +99,12 @@ class Sequence:
         return self.num_tokens - self.num_computed_tokens
 
     @property
+    def max_num_running_seqs(self) -> int:
+        """Seats this sequence takes in the batch: n for a prompt not yet sampled (its n - 1
+        siblings fork from it with the first token), else 1."""
+        return self.params.n if not self.output_token_ids else 1
+
+    @property
     def is_prefill(self) -> bool:
         """More than the last token still needs its K/V (a prompt, or a recompute)."""
         return self.num_uncomputed_tokens > 1

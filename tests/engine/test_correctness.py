@@ -67,9 +67,10 @@ def test_greedy_equals_generate_on_tiny_models(tiny_pair, tokenizer, scenario):
     assert_no_leak(engine)
 
 
-def test_n_siblings_share_prompt_blocks_and_match_generate(llama_pair, tokenizer):
+@pytest.mark.parametrize("kv_backend", ["paged", "hf_cache"])
+def test_n_siblings_share_prompt_blocks_and_match_generate(llama_pair, tokenizer, kv_backend):
     model, reference = llama_pair
-    engine = make_engine(model, tokenizer)
+    engine = make_engine(model, tokenizer, kv_backend=kv_backend)
     prompt = PROMPTS[0]
     params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True, n=3)
     engine.add_request("fan", prompt, params)

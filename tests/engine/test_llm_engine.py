@@ -103,9 +103,8 @@ def test_timeout_finishes_with_timeout(engine):
 POISON = 777  # a token id whose presence in a forward makes the (wrapped) model raise
 
 
-@pytest.fixture
-def poisoned_engine(llama_pair, tokenizer, monkeypatch):
-    engine = make_engine(llama_pair[0], tokenizer)
+def poison(engine, monkeypatch) -> None:
+    """Make the engine's model raise on any forward whose input holds POISON."""
     real = engine.runner.model.forward
 
     def forward(input_ids=None, **kwargs):
@@ -114,14 +113,20 @@ def poisoned_engine(llama_pair, tokenizer, monkeypatch):
         return real(input_ids=input_ids, **kwargs)
 
     monkeypatch.setattr(engine.runner.model, "forward", forward)
-    return engine
 
 
-def test_a_failing_request_errors_alone_and_its_batch_mates_go_on(poisoned_engine, llama_pair):
-    engine = poisoned_engine
+@pytest.mark.parametrize("kv_backend", ["paged", "hf_cache"])
+def test_a_failing_request_errors_alone_and_its_batch_mates_go_on(
+    llama_pair, tokenizer, monkeypatch, kv_backend
+):
+    engine = make_engine(llama_pair[0], tokenizer, kv_backend=kv_backend)
+    poison(engine, monkeypatch)
+    engine.add_request("good0", "A healthy prompt good0", GREEDY)
+    engine.step()  # prefill
+    assert len(engine.step()[0].token_ids) == 2  # good0 decodes when the poison arrives
     good = [f"good{i}" for i in range(3)]
-    requests = [(rid, f"A healthy prompt {rid}", GREEDY) for rid in good]
-    requests.insert(1, ("bad", [10, 11, POISON, 12], GREEDY))
+    requests = [("bad", [10, 11, POISON, 12], GREEDY)]
+    requests += [(rid, f"A healthy prompt {rid}", GREEDY) for rid in good[1:]]
     finals = run_staggered(engine, requests, every=1)
     assert finals["bad"].stop_reason == StopReason.ERROR
     checker = GreedyChecker(llama_pair[1])
@@ -130,6 +135,25 @@ def test_a_failing_request_errors_alone_and_its_batch_mates_go_on(poisoned_engin
         checker.check(finals[rid].prompt_token_ids, finals[rid].token_ids, 16)
     assert_no_leak(engine)
     assert engine.snapshot().totals.stop_reasons["error"] == 1
+
+
+def test_hf_cache_rebuilds_a_cache_a_failed_step_cannot_roll_back(tokenizer, monkeypatch):
+    """A full sliding window cannot be cropped: the runner drops that cache and recomputes
+    it on the request's next forward, so the request still ends normally."""
+    config = MistralConfig(**{**TINY, "sliding_window": 8})
+    torch.manual_seed(0)
+    model = MistralForCausalLM(config).eval()
+    with pytest.warns(UserWarning, match="sliding-window"):
+        engine = make_engine(model, tokenizer)
+    poison(engine, monkeypatch)
+    engine.add_request("good", "a b c d e f g h i j k l", GREEDY)  # past the window at once
+    engine.step()
+    finals = run_staggered(engine, [("bad", [10, 11, POISON, 12], GREEDY)])
+    assert finals["bad"].stop_reason == StopReason.ERROR
+    assert finals["good"].stop_reason == StopReason.MAX_TOKENS
+    monkeypatch.undo()
+    GreedyChecker(model).check(finals["good"].prompt_token_ids, finals["good"].token_ids, 16)
+    assert_no_leak(engine)
 
 
 def test_a_transient_fault_loses_nothing(llama_pair, tokenizer, monkeypatch):
@@ -200,6 +224,41 @@ def test_duplicate_live_id_and_full_queue_are_refused(llama_pair, tokenizer):
         engine.add_request("c", "hi", GREEDY)
     run_staggered(engine, [])
     engine.add_request("a", "a finished id can be reused", GREEDY)
+
+
+def test_n_above_max_num_seqs_is_refused_naming_both(llama_pair, tokenizer):
+    engine = make_engine(llama_pair[0], tokenizer, max_num_seqs=2, max_num_batched_tokens=16)
+    with pytest.raises(ValueError, match=r"n must be .*\[1, 2\].*max_num_seqs.*got 3"):
+        engine.add_request("x", "hello", SamplingParams(n=3))
+    assert not engine.has_unfinished_requests()
+    engine.add_request("ok", "hello", SamplingParams(n=2, max_tokens=2))
+
+
+@pytest.mark.parametrize("num_kv_blocks", [256, 14])  # roomy; tight: n>1 groups preempted
+def test_max_num_seqs_holds_with_n_completions(llama_pair, tokenizer, num_kv_blocks):
+    """Siblings forked from a prompt never push a step past max_num_seqs, also when
+    groups are preempted and resumed; every completion still equals generate."""
+    engine = make_engine(
+        llama_pair[0], tokenizer, max_num_seqs=4, max_num_batched_tokens=16,
+        num_kv_blocks=num_kv_blocks,
+    )  # fmt: skip
+    requests = [
+        (f"r{i}", f"Prompt number {i} says", SamplingParams(**{**_fields(GREEDY), "n": n}))
+        for i, n in enumerate([3, 2, 1, 4, 2, 1])
+    ]
+    finals = run_staggered(engine, requests, every=1)
+    steps = engine.snapshot().steps
+    assert max(s.num_seqs for s in steps) == 4  # the cap is reached, never passed
+    assert max(s.num_running for s in steps) == 4
+    if num_kv_blocks == 14:
+        assert engine.snapshot().totals.num_preemptions > 0
+    checker = GreedyChecker(llama_pair[1])
+    for rid, _, params in requests:
+        assert len(finals[rid].outputs) == params.n
+        for completion in finals[rid].outputs:
+            assert completion.stop_reason == StopReason.MAX_TOKENS
+            checker.check(finals[rid].prompt_token_ids, completion.token_ids, 16)
+    assert_no_leak(engine)
 
 
 def test_seeded_sampling_does_not_depend_on_the_rest_of_the_batch(engine):

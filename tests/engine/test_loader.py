@@ -1,6 +1,7 @@
 """engine/loader.py: device and dtype resolution, the cached default model, local dirs, errors."""
 
 import importlib.util
+import os
 import shutil
 import time
 from pathlib import Path
@@ -196,9 +197,8 @@ def fake_gguf(tmp_path, monkeypatch, tiny_dir):
 
     monkeypatch.setattr(loader, "AutoTokenizer", FromTiny(loader.AutoTokenizer))
     monkeypatch.setattr(loader, "AutoModelForCausalLM", FromTiny(loader.AutoModelForCausalLM))
-    stat = gguf.stat()
     return SimpleNamespace(
-        conversions=conversions, entry=f"tiny.Q4_1-{stat.st_size}-{stat.st_mtime_ns}"
+        gguf=gguf, conversions=conversions, entry=f"tiny.Q4_1-{loader._fingerprint(gguf)}"
     )
 
 
@@ -210,6 +210,53 @@ def test_gguf_is_converted_once_into_the_cache_dir(fake_gguf, tmp_path):
     assert all(kwargs["gguf_file"] == "tiny.Q4_1.gguf" for _, kwargs in fake_gguf.conversions)
     assert [p.name for p in cache.iterdir()] == [fake_gguf.entry]  # no temp dir left over
     assert model.config.hidden_size == 64
+
+
+def test_gguf_cache_survives_a_new_mtime_and_follows_new_content(fake_gguf, tmp_path):
+    """A fresh install (new mtime, same bytes) reuses the conversion; new bytes convert
+    again and replace the old copy."""
+    cache = tmp_path / "cache"
+    load_model("default", device="cpu", cache_dir=cache)
+    assert len(fake_gguf.conversions) == 2
+    stat = fake_gguf.gguf.stat()
+    os.utime(fake_gguf.gguf, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**12))  # as a reinstall
+    load_model("default", device="cpu", cache_dir=cache)
+    assert len(fake_gguf.conversions) == 2, "the same file was converted again"
+    assert [p.name for p in cache.iterdir()] == [fake_gguf.entry]
+    fake_gguf.gguf.write_bytes(b"GGUF v2")  # a new package version
+    load_model("default", device="cpu", cache_dir=cache)
+    assert len(fake_gguf.conversions) == 4
+    new_entry = f"tiny.Q4_1-{loader._fingerprint(fake_gguf.gguf)}"
+    assert new_entry != fake_gguf.entry
+    assert [p.name for p in cache.iterdir()] == [new_entry]  # the old copy is gone
+
+
+def test_gguf_conversion_removes_stale_copies_of_that_model_only(fake_gguf, tmp_path):
+    cache = tmp_path / "cache"
+    stale = ["tiny.Q4_1-4-1795943920420642488", "tiny.Q4_1-4-0123456789abcdef"]  # mtime era
+    kept = ["other.Q4_1-4-1795943920420642488", ".tiny.Q4_1-4-00ff.scratch", "tiny.Q4_1-notes"]
+    for name in stale + kept:
+        (cache / name).mkdir(parents=True)
+        (cache / name / "model.safetensors").write_bytes(b"x")
+    load_model("default", device="cpu", cache_dir=cache)
+    assert sorted(p.name for p in cache.iterdir()) == sorted([fake_gguf.entry, *kept])
+
+
+def test_gguf_fingerprint_reads_only_the_ends_of_the_file(tmp_path):
+    path = tmp_path / "big.gguf"
+    data = bytearray(5 * loader.FINGERPRINT_BYTES)
+    path.write_bytes(data)
+    first = loader._fingerprint(path)
+    data[len(data) // 2] = 1  # the middle is never read: starting stays cheap
+    path.write_bytes(data)
+    assert loader._fingerprint(path) == first
+    for where in (0, -1):  # the header and the tail are
+        changed = bytearray(data)
+        changed[where] = 7
+        path.write_bytes(changed)
+        assert loader._fingerprint(path) != first
+    path.write_bytes(data + b"\0")
+    assert loader._fingerprint(path) != first
 
 
 def test_gguf_cache_dir_from_environment(fake_gguf, tmp_path, monkeypatch):

@@ -56,10 +56,12 @@ def test_random_workloads_lose_nothing_and_leak_nothing(llama_pair, tokenizer, o
         assert len(engine.scheduler.running) + len(engine.scheduler.waiting) == len(
             live_sequences(engine)
         )
+        assert len(engine.scheduler.running) <= 4, "max_num_seqs exceeded"
     steps = 0
     while engine.has_unfinished_requests():
         collect(engine.step())
         engine.block_manager.check_invariants(live_sequences(engine))
+        assert len(engine.scheduler.running) <= 4, "max_num_seqs exceeded"
         steps += 1
         assert steps < 2000, "no progress"
     assert sorted(finished) == sorted(added), "a request was lost"

@@ -2,8 +2,10 @@
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
+from engine.detokenizer import IncrementalDetokenizer
+from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
-from engine.sequence import SequenceStatus
+from engine.sequence import Sequence, SequenceStatus
 from tests.engine.test_block_manager import make_seq
 
 
@@ -52,6 +54,40 @@ def test_max_num_seqs_and_priority_order_admission():
     out = sched.schedule()
     assert [s.seq.seq_id for s in out.scheduled] == [1, 2]  # lower priority value first
     assert [s.seq_id for s in sched.waiting] == [0]
+
+
+def make_group_seq(token_ids, seq_id, n):
+    """The first sequence of a request with n completions (the other n - 1 fork from it)."""
+    detok = IncrementalDetokenizer(None, [], False)
+    return Sequence(seq_id, 0, list(token_ids), SamplingParams(n=n), detok, frozenset(), 1024)
+
+
+def fork(sched, parent, seq_id, index):
+    """What the engine does with a parent's first token: the sibling joins running."""
+    child = parent.fork(seq_id, index, IncrementalDetokenizer(None, [], False), None)
+    sched.block_manager.fork(parent, child)
+    sched.add_running(child)
+    return child
+
+
+def test_a_prompt_takes_a_seat_for_each_of_its_n_completions():
+    sched = make_scheduler(max_num_seqs=4, max_num_batched_tokens=64)
+    a, b = make_group_seq(range(4), 0, n=3), make_group_seq(range(10, 14), 1, n=2)
+    c = make_seq(range(20, 24), seq_id=2)
+    for seq in (a, b, c):
+        sched.add(seq)
+    out = sched.schedule()
+    assert out.admitted == [a]  # 3 seats; b needs 2 of the 1 left, c queues behind b
+    run_forward(out)
+    siblings = [fork(sched, a, 3, 1), fork(sched, a, 4, 2)]
+    out = sched.schedule()
+    assert len(out.scheduled) == 3 and not out.admitted
+    run_forward(out)
+    siblings[0].finish("max_tokens")
+    sched.finish(siblings[0])
+    out = sched.schedule()
+    assert out.admitted == [b] and len(out.scheduled) == 3  # b's prompt holds 2 seats
+    assert [s.seq_id for s in sched.waiting] == [2]
 
 
 def test_static_policy_admits_a_new_batch_only_when_running_is_empty():
