@@ -65,8 +65,10 @@ def register_api(
 ) -> None:
     """Add the /v1 routes (and GET /metrics) to `app`; call before mounting Gradio at "/".
 
-    `driver` is the EngineDriver, or a callable returning it (None while the model loads:
-    the routes answer 503 then). `model_name` defaults to the loaded model's name.
+    `driver` is the EngineDriver, or a callable returning it (None while there is none yet,
+    for an app that loads the model after it listens; app.py loads first). The routes answer
+    503 while there is no driver or it is not running. `model_name` defaults to the loaded
+    model's name.
     """
     get_driver = driver if callable(driver) else (lambda: driver)
 
@@ -147,9 +149,11 @@ async def _parse(request: Request, body_cls) -> RequestBody:
             message = f"{name} is not supported by this engine"
             raise APIError(400, message, param=name, code="unsupported_parameter")
     try:
-        return body_cls.model_validate(data)
+        body = body_cls.model_validate(data)
     except ValidationError as exc:
         raise validation_error(exc) from None
+    body.check()
+    return body
 
 
 def _prepare(d: EngineDriver, body: RequestBody, model: str) -> CompletionJob:
@@ -330,14 +334,25 @@ async def _respond(request: Request, d: EngineDriver, handle: RequestHandle, tra
 
 
 async def _stream(handle: RequestHandle, tracker):
-    """The server-sent events of one request, `data: [DONE]` last."""
-    async with aclosing(_outputs(handle)) as outputs:
-        async for out in outputs:
-            for chunk in tracker.chunks(out) if out is not None else ():
-                yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
-    if tracker.job.include_usage:
-        yield f"data: {json.dumps(tracker.envelope([], usage=tracker.usage()))}\n\n"
+    """The server-sent events of one request, `data: [DONE]` last. A failure part-way sends
+    an error event (OpenAI's shape) instead of the rest; the response's on_close then aborts
+    the request."""
+    try:
+        async with aclosing(_outputs(handle)) as outputs:
+            async for out in outputs:
+                for chunk in tracker.chunks(out) if out is not None else ():
+                    yield _event(chunk)
+        if tracker.job.include_usage:
+            yield _event(tracker.envelope([], usage=tracker.usage()))
+    except Exception as exc:  # a bug, not the client's fault: the stream still ends cleanly
+        log.exception("API stream %s failed", handle.request_id)
+        error = APIError(500, f"{type(exc).__name__}: {exc}", type="server_error")
+        yield _event(error.body())
     yield "data: [DONE]\n\n"
+
+
+def _event(obj: dict) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
 class _EventStream(StreamingResponse):

@@ -99,6 +99,7 @@ class EngineDriver:
         self._ledger = Ledger()  # the first lane's recent requests
         self._handles: dict[str, RequestHandle] = {}
         self._final: list[tuple[RequestHandle, RequestOutput]] = []  # sent after the publish
+        self._finish_listeners: list[Callable[[RequestOutput], None]] = []  # e.g. /metrics
         self._watched: OrderedDict[str, None] = OrderedDict()
         self._details: dict[str, RequestDetail] = {}
         self._stale_details: set[str] = set()  # watched requests that got outputs
@@ -156,6 +157,11 @@ class EngineDriver:
         add = partial(self._add_request, handle, prompt, params, priority, max_in_flight)
         self._call(add, wait, timeout)
         return handle
+
+    def on_finish(self, fn: Callable[[RequestOutput], None]) -> None:
+        """From now on, call `fn(out)` on the driver thread with the last output of every
+        request of the first lane, before its stream gets it. `fn` must be quick."""
+        self._call(lambda: self._finish_listeners.append(fn), wait=False)
 
     def abort(self, request_id: str) -> None:
         """Cancel a request (it finishes with CANCELLED); unknown ids are ignored."""
@@ -457,6 +463,12 @@ class EngineDriver:
         self._ledger.update(out, step)
         if rid in self._watched:
             self._stale_details.add(rid)
+        if out.finished:
+            for fn in self._finish_listeners:
+                try:
+                    fn(out)
+                except Exception:  # noqa: BLE001 - a listener must never stop the loop
+                    log.exception("finish listener failed")
         handle = self._handles.get(rid)
         if handle is not None:
             if out.finished:

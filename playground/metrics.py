@@ -1,15 +1,19 @@
 """Prometheus metrics of the shared engine at `GET /metrics`, named like vLLM's `vllm:` series.
 
-Everything is computed at scrape time from what the driver publishes (`BoardState`), by one
-custom collector in a dedicated registry (so several apps can live in one process):
+One custom collector in a dedicated registry (so several apps can live in one process):
 
-- gauges from the latest snapshot: running / waiting requests, KV usage, prefix-cache hit rate;
-- counters from the engine's totals (tokens, preemptions, prefix-cache tokens). A board reset
-  builds a fresh engine whose totals restart at 0; the collector folds the old engine's last
-  values into a base, so the counters stay monotonic;
-- per finished request (seen once, by id, in the snapshot's list of recent finished requests):
-  requests by stop reason and the TTFT / TPOT / e2e histograms. The engine keeps the 256 most
-  recent finished requests, so a request is missed only if more finish between two scrapes.
+- gauges from the latest snapshot the driver publishes: running / waiting requests, KV usage,
+  prefix-cache hit rate;
+- counters from the engine's totals (tokens, preemptions, prefix-cache tokens), read at scrape
+  time. A board reset builds a fresh engine whose totals restart at 0; the collector folds the
+  old engine's last values into a base, so the counters stay monotonic;
+- per finished request: requests by stop reason and the TTFT / TPOT / e2e histograms. These
+  are not read from the snapshot (it keeps only the most recent finished requests, and any
+  number can finish between two scrapes) but observed as each request finishes: the driver
+  hands every last output to the collector (`EngineDriver.on_finish`), so each request is
+  counted exactly once. Counting starts when the collector attaches to the driver: when
+  /metrics is registered (app.py: before the server listens), or at the first scrape that
+  finds a driver if there was none yet.
 
 The metrics follow the board's first lane (the continuous one in compare mode).
 """
@@ -66,7 +70,8 @@ class _Histogram:
 
 
 class EngineCollector(Collector):
-    """Reads the driver's BoardState at every scrape; see the module docstring."""
+    """Reads the driver's snapshot at every scrape, and is told of every request that
+    finishes; see the module docstring."""
 
     def __init__(self, get_driver: Callable, model_name: str | Callable):
         self._get_driver = get_driver
@@ -75,22 +80,44 @@ class EngineCollector(Collector):
         self._base = dict.fromkeys([f for _, f, _ in TOTALS], 0)  # of engines reset away
         self._last = dict(self._base)
         self._last_step = 0
-        self._seen: set[str] = set()  # finished request ids already counted
+        self._driver = None  # the one on_finish() feeds us from
         self._finished: dict[str, int] = {}  # stop reason -> requests
         self.ttft = _Histogram(TTFT_BUCKETS)
         self.tpot = _Histogram(TPOT_BUCKETS)
         self.e2e = _Histogram(E2E_BUCKETS)
+        self._attach(get_driver())
+
+    def _attach(self, driver) -> None:
+        with self._lock:  # once per driver, however many scrapes race here
+            if driver is not None and driver is not self._driver:
+                self._driver = driver
+                driver.on_finish(self.observe)  # queued for the driver thread: never blocks
+
+    def observe(self, out) -> None:
+        """Count one finished request (called on the driver thread, once per request)."""
+        first, m = out.outputs[0], out.metrics
+        reason = first.stop_reason.value if first.stop_reason else "unknown"
+        with self._lock:
+            self._finished[reason] = self._finished.get(reason, 0) + 1
+            if not out.prompt_token_ids:  # made up by the driver (reset, failed step): no times
+                return
+            self.e2e.observe(m.finished - m.arrival)
+            if m.first_token is not None:
+                self.ttft.observe(m.first_token - m.arrival)
+                if len(first.token_ids) > 1:  # of the first completion, as the board shows
+                    self.tpot.observe((m.finished - m.first_token) / (len(first.token_ids) - 1))
 
     def collect(self):
         driver = self._get_driver()
-        if driver is None:  # still loading: nothing to say yet
+        if driver is None:  # not started yet: nothing to say
             return
+        self._attach(driver)
         name = self._model_name(driver) if callable(self._model_name) else self._model_name
         snap = driver.snapshot()
-        with self._lock:
+        with self._lock:  # build the families here, yield them outside the lock
             totals = self._fold(snap)
-            self._count_finished(snap)
-            yield from self._families(snap, totals, name)
+            families = list(self._families(snap, totals, name))
+        yield from families
 
     def _fold(self, snap) -> dict[str, float]:
         """Cumulative totals across engine resets."""
@@ -100,20 +127,6 @@ class EngineCollector(Collector):
                 self._base[f] += self._last[f]
         self._last, self._last_step = now, snap.step
         return {f: self._base[f] + now[f] for f in now}
-
-    def _count_finished(self, snap) -> None:
-        done = [r for r in snap.requests if r.status == "finished" and r.finished is not None]
-        for r in done:
-            if r.request_id in self._seen:
-                continue
-            reason = r.stop_reason or "unknown"
-            self._finished[reason] = self._finished.get(reason, 0) + 1
-            self.e2e.observe(r.finished - r.arrival)
-            if r.first_token is not None:
-                self.ttft.observe(r.first_token - r.arrival)
-                if r.num_output_tokens > 1:
-                    self.tpot.observe((r.finished - r.first_token) / (r.num_output_tokens - 1))
-        self._seen = {r.request_id for r in done}  # ids never come back once dropped
 
     def _families(self, snap, totals: dict, name: str):
         labels, values = ["model_name"], [name]

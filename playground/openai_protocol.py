@@ -50,13 +50,16 @@ class APIError(Exception):
         self.status, self.message, self.param, self.code = status, message, param, code
         self.type = type or "invalid_request_error"
 
-    def response(self) -> JSONResponse:
+    def body(self) -> dict:
         error = {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
-        return JSONResponse({"error": error}, status_code=self.status)
+        return {"error": error}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status)
 
 
 def not_ready() -> APIError:
-    message = "the model is still loading (or the engine stopped); retry shortly"
+    message = "the engine is not serving (not started yet, or stopped); retry later"
     return APIError(503, message, code="model_not_ready", type="service_unavailable_error")
 
 
@@ -124,6 +127,12 @@ class RequestBody(BaseModel):
     def include_usage(self) -> bool:
         return bool(self.stream and (self.stream_options or {}).get("include_usage"))
 
+    def check(self) -> None:
+        """Fields that only make sense together (APIError naming the field, as OpenAI does)."""
+        if self.stream_options is not None and not self.stream:
+            message = "stream_options is only allowed when stream is true"
+            raise APIError(400, message, param="stream_options")
+
 
 class ContentPart(BaseModel):
     model_config = ConfigDict(extra="ignore")
@@ -142,6 +151,12 @@ class ChatCompletionRequest(RequestBody):
     max_completion_tokens: int | None = Field(None, ge=1)  # newer name of max_tokens
     logprobs: bool = False
     top_logprobs: int = Field(0, ge=0, le=MAX_LOGPROBS)
+
+    def check(self) -> None:
+        super().check()
+        if self.top_logprobs and not self.logprobs:  # 0 asks for nothing: let it pass, as vLLM
+            message = "top_logprobs is only allowed when logprobs is true"
+            raise APIError(400, message, param="top_logprobs")
 
 
 class CompletionRequest(RequestBody):
@@ -294,5 +309,6 @@ def served_model_name(model) -> str:
     if not os.path.isdir(path):
         return path
     name = os.path.basename(os.path.normpath(path))
-    name = re.sub(r"-\d+-\d+$", "", name)  # engine/loader.py: <gguf stem>-<size>-<mtime>
+    name = re.sub(r"-\d{4,}-(?:[0-9a-f]{16}|\d{10,})$", "", name)  # engine/loader.py's
+    # conversion cache: <gguf stem>-<size>-<16 hex of hash> (older: -<size>-<mtime ns>)
     return re.sub(r"\.(?:I?Q\d\w*|F16|F32|BF16)$", "", name)  # the GGUF's quantization tag

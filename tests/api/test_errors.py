@@ -19,6 +19,13 @@ CHAT_CASES = [  # (body, status, param)
      "max_completion_tokens"),
     ({"model": TINY_MODEL, "messages": HI, "top_p": 0}, 400, "top_p"),
     ({"model": TINY_MODEL, "messages": HI, "top_logprobs": 99}, 400, "top_logprobs"),
+    ({"model": TINY_MODEL, "messages": HI, "top_logprobs": 2}, 400, "top_logprobs"),
+    ({"model": TINY_MODEL, "messages": HI, "logprobs": False, "top_logprobs": 2}, 400,
+     "top_logprobs"),
+    ({"model": TINY_MODEL, "messages": HI, "stream_options": {"include_usage": True}}, 400,
+     "stream_options"),
+    ({"model": TINY_MODEL, "messages": HI, "stream": False, "stream_options": {}}, 400,
+     "stream_options"),
     ({"model": TINY_MODEL, "messages": HI, "stop": 3}, 400, "stop"),
     ({"model": TINY_MODEL, "messages": HI, "presence_penalty": 0.5}, 400, "presence_penalty"),
     ({"model": TINY_MODEL, "messages": [{"role": "user"}]}, 400, "messages"),
@@ -54,10 +61,12 @@ def test_bad_completion_requests_and_bodies(app_server):
         ({"prompt": "x", "logprobs": 50}, "logprobs"),
         ({"prompt": "x", "max_tokens": 600}, "max_tokens"),
         ({"prompt": "x", "echo": True}, "echo"),
+        ({"prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
     ]
     for body, param in cases:
         r = httpx.post(url, json=body, timeout=30)
         assert (r.status_code, _error(r)["param"]) == (400, param), body
+        assert param in _error(r)["message"], body
     r = httpx.post(url, content=b"{not json", headers={"content-type": "application/json"})
     assert r.status_code == 400 and "JSON" in _error(r)["message"]
 
@@ -91,3 +100,12 @@ def test_503_while_the_model_loads():
                   http.post("/v1/chat/completions", json={"messages": HI})):  # fmt: skip
             assert r.status_code == 503 and _error(r)["code"] == "model_not_ready"
         assert http.get("/metrics").status_code == 200  # empty until the model is there
+
+
+def test_the_valid_neighbours_of_those_pairs_are_served(app_server):
+    url = app_server.url + "/v1/chat/completions"
+    for extra in ({"stream_options": None}, {"top_logprobs": 0},
+                  {"logprobs": True, "top_logprobs": 2}):  # fmt: skip
+        body = {"model": TINY_MODEL, "messages": HI, "max_tokens": 2, **extra}
+        r = httpx.post(url, json=body, timeout=30)
+        assert r.status_code == 200, (extra, r.text)

@@ -1,9 +1,11 @@
 """GET /metrics: Prometheus text that prometheus_client parses, with counters that move."""
 
 import httpx
+from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.api.kit import TINY_MODEL
+from engine import SamplingParams, llm_engine
+from tests.api.kit import TINY_MODEL, bare_app
 
 FAMILIES = {  # parsed family name -> type (counters lose their _total)
     "vllm:num_requests_running": "gauge",
@@ -68,3 +70,35 @@ def test_counters_survive_a_board_reset(client, app_server):
         _scrape(app_server.url)["vllm:generation_tokens_total"]
         >= before["vllm:generation_tokens_total"] + 3
     )
+
+
+def test_every_finished_request_is_counted_once_however_many_finish_between_scrapes(
+    make_driver, monkeypatch
+):
+    monkeypatch.setattr(llm_engine, "MAX_FINISHED_KEPT", 4)  # the snapshot shows only 4
+    driver = make_driver()
+    params = SamplingParams(max_tokens=3, temperature=0, ignore_eos=True)
+    labels = [("model_name", TINY_MODEL)]
+    success = "vllm:request_success_total" + str([("finished_reason", "max_tokens"), *labels])
+    with TestClient(bare_app(lambda: driver)) as http:
+
+        def scrape() -> dict[str, float]:
+            text = http.get("/metrics").text
+            return {s.name + str(sorted(s.labels.items())): s.value
+                    for f in text_string_to_metric_families(text) for s in f.samples}  # fmt: skip
+
+        assert success not in scrape()  # nothing finished yet
+        total = 0
+        for batch in (13, 9):  # many more than the snapshot keeps finish between two scrapes
+            handles = [driver.submit(f"request {total + i}", params) for i in range(batch)]
+            for h in handles:
+                assert h.result(timeout=60).outputs[0].stop_reason.value == "max_tokens"
+            total += batch
+            assert sum(r.status == "finished" for r in driver.snapshot().requests) <= 4
+            for _ in range(2):  # a second scrape counts nothing twice
+                samples = scrape()
+                assert samples[success] == total
+                for hist in ("time_to_first_token_seconds", "time_per_output_token_seconds",
+                             "e2e_request_latency_seconds"):  # fmt: skip
+                    assert samples[f"vllm:{hist}_count" + str(labels)] == total, hist
+    driver.stop()

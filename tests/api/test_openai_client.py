@@ -1,8 +1,12 @@
 """The official `openai` client against the real app: chat and completions, streamed or not."""
 
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
+
+import pytest
 
 from playground.cards import render_cards
+from playground.openai_protocol import served_model_name
 from tests.api.kit import TINY_MODEL, wait_for
 
 MESSAGES = [{"role": "user", "content": "Name three colours."}]
@@ -128,3 +132,41 @@ def test_api_requests_show_on_the_board(client, app_server):
     html = render_cards(state)  # the client's latest request has its card, "API <hash>"
     name = f"API {record.owner.removeprefix('api:')[:4]}"
     assert f'<span class="pg-name">{name}</span><span class="pg-rid">{r.id}</span>' in html
+
+
+def test_sampling_fields_reach_sampling_params(client, app_server, monkeypatch):
+    driver, sent = app_server.driver, []
+    submit = driver.submit
+
+    def spy(prompt, params=None, **kw):
+        sent.append(params)
+        return submit(prompt, params, **kw)
+
+    monkeypatch.setattr(driver, "submit", spy)
+    vllm = {"top_k": 7, "min_p": 0.05, "repetition_penalty": 1.3, "stop_token_ids": [5],
+            "ignore_eos": True}  # fmt: skip
+    client.chat.completions.create(
+        model=TINY_MODEL, messages=MESSAGES, max_tokens=3, temperature=0.7, top_p=0.9, seed=11,
+        n=2, stop=["zz"], logprobs=True, top_logprobs=3, extra_body=vllm,
+    )  # fmt: skip
+    client.completions.create(model=TINY_MODEL, prompt="x", max_tokens=2, top_p=0.5, logprobs=2,
+                              extra_body={"top_k": -1, "min_p": 0.2})  # fmt: skip
+    chat, plain = sent
+    assert (chat.max_tokens, chat.temperature, chat.top_p, chat.seed) == (3, 0.7, 0.9, 11)
+    assert (chat.top_k, chat.min_p, chat.repetition_penalty, chat.n) == (7, 0.05, 1.3, 2)
+    assert (chat.stop, chat.stop_token_ids, chat.ignore_eos) == (["zz"], [5], True)
+    assert chat.logprobs == 3  # top_logprobs
+    assert (plain.top_p, plain.top_k, plain.min_p, plain.logprobs) == (0.5, 0, 0.2, 2)  # -1: off
+    assert (plain.temperature, plain.repetition_penalty, plain.n) == (1.0, 1.0, 1)  # defaults
+
+
+@pytest.mark.parametrize("name,served", [
+    ("SmolLM2-135M-Instruct.Q4_1-98362432-747cb1f0195582d0", "SmolLM2-135M-Instruct"),
+    ("SmolLM2-135M-Instruct.Q4_1-98362432-1712345678901234567", "SmolLM2-135M-Instruct"),
+    ("llama-2-7b", "llama-2-7b"),
+    ("model-2024-11", "model-2024-11"),
+])  # fmt: skip
+def test_served_name_of_a_converted_gguf_drops_the_cache_suffix(tmp_path, name, served):
+    (tmp_path / name).mkdir()
+    model = SimpleNamespace(config=SimpleNamespace(_name_or_path=str(tmp_path / name)))
+    assert served_model_name(model) == served
