@@ -24,7 +24,7 @@ from playground.api import register_api  # noqa: E402
 from playground.driver import STUCK_AFTER_S, EngineDriver  # noqa: E402
 from playground.limits import PublicLimits  # noqa: E402
 from playground.scenarios import SCENARIOS  # noqa: E402
-from playground.ui import build_ui, load_css  # noqa: E402
+from playground.ui import build_ui, load_asset  # noqa: E402
 
 DEFAULT_PORT = 7860
 PLAYGROUND_KV_BLOCKS = 512  # 8192 tokens of 16: enough for the presets, and a readable block map
@@ -133,7 +133,8 @@ def create_app(driver: EngineDriver) -> FastAPI:
     register_api(app, driver)  # /v1 (OpenAI-compatible) and /metrics, before the mount
     demo = build_ui(driver)
     theme = gr.themes.Soft(primary_hue="indigo", neutral_hue="slate")
-    return gr.mount_gradio_app(app, demo, path="/", css=load_css(), theme=theme, footer_links=[])
+    css = load_asset("style.css")
+    return gr.mount_gradio_app(app, demo, path="/", css=css, theme=theme, footer_links=[])
 
 
 def main(argv=None) -> None:

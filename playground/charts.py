@@ -58,7 +58,7 @@ def _spec(title: str, traces: list[dict], height: int = 260, **layout) -> dict:
             "yanchor": "bottom",
             "font": {"size": 10},
         },  # fmt: skip
-        "uirevision": title,  # keep the visitor's zoom across refreshes
+        "uirevision": "board",  # the same on every refresh: keeps the visitor's zoom and legend
     }
     base.update(layout)
     return {"data": traces, "layout": base}

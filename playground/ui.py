@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import gradio as gr
+from gradio.components.plot import PlotData
 
 from engine import EngineConfig, SamplingParams
 from engine.request_input import tokenize_prompt
@@ -21,9 +22,16 @@ from playground.driver import EngineDriver, RequestRejected
 from playground.inspector import render_inspector
 from playground.scenarios import DEFAULT_SCENARIO, SCENARIOS, Scenario
 from playground.users import ARRIVALS
-from playground.views import FigureCache, board_values, chart_values, compare_values
+from playground.views import (
+    COMPARE_KEYS,
+    PLOT_KEYS,
+    FigureCache,
+    board_values,
+    chart_values,
+    compare_values,
+)
 
-CSS_PATH = Path(__file__).resolve().parent.parent / "assets" / "style.css"
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
 TICK_S = 0.25  # ~4 Hz
 CHART_INTERVAL_S = 0.5  # charts redraw at most 2x/s: the browser's Plotly redraws are the cost
 PACES = ["max", "0.5", "1", "2", "5", "10"]
@@ -67,6 +75,21 @@ def _html(value: str = "", **kwargs) -> gr.HTML:
     return gr.HTML(value, js_on_load=None, **kwargs)
 
 
+def _warn(message: str) -> str:
+    """Toast `message` and return it for the page, escaped: Gradio renders toasts and Markdown
+    as HTML, and a refusal can quote what the visitor typed (a stop string, a pace)."""
+    message = cards.esc(message)
+    gr.Warning(message)
+    return message
+
+
+def _plot(key: str, first: dict[str, str], **kwargs) -> gr.Plot:
+    """A chart's place on the page, `#pg-plot-<key>`. gr.Plot draws only its first figure (and
+    loads plotly.js); later ones come as JSON through assets/charts.js, which draws in place."""
+    figure = PlotData(type="plotly", plot=first.get(key, '{"data": [], "layout": {}}'))
+    return gr.Plot(figure, show_label=False, elem_id=f"pg-plot-{key}", **kwargs)
+
+
 def _note(sc: Scenario) -> str:
     return f'<div class="pg-note"><b>{cards.esc(sc.title)}.</b> {cards.esc(sc.what_to_watch)}</div>'
 
@@ -76,6 +99,7 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
     audience = Audience()
     sc0 = SCENARIOS[DEFAULT_SCENARIO]
     k0 = _scenario_knobs(driver, sc0)
+    first, _ = cache.get(driver.state())
     with gr.Blocks(title="Continuous batching playground") as demo:
         # The timer moves these hidden versions when the board changed, and their .change events
         # redraw: the text every tick, the charts at most every CHART_INTERVAL_S (the browser
@@ -155,16 +179,10 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
                 send_status = gr.Markdown("", elem_id="pg-send-status")
             with gr.Column(scale=3):
                 board = _html(elem_id="pg-board")
-                with gr.Row():
-                    queue_plot = gr.Plot(show_label=False, elem_classes="pg-plot")
-                    batch_plot = gr.Plot(show_label=False, elem_classes="pg-plot")
-                with gr.Row():
-                    timeline_plot = gr.Plot(show_label=False, elem_classes="pg-plot")
-                    kv_plot = gr.Plot(show_label=False, elem_classes="pg-plot")
-                with gr.Row():
-                    stops_plot = gr.Plot(show_label=False, elem_classes="pg-plot")
-                    latency_plot = gr.Plot(show_label=False, elem_classes="pg-plot")
-                    tput_plot = gr.Plot(show_label=False, elem_classes="pg-plot")
+                for row in (PLOT_KEYS[:2], PLOT_KEYS[2:4], PLOT_KEYS[4:]):
+                    with gr.Row():
+                        for key in row:
+                            _plot(key, first, elem_classes="pg-plot")
         with gr.Tabs():
             with gr.Tab("Step log"):
                 log = _html(elem_id="pg-log")
@@ -175,21 +193,17 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
                 inspector = _html()
             with gr.Tab("Compare: static vs continuous"):
                 scoreboard = _html()
-                with gr.Row():
-                    cmp_queue0 = gr.Plot(show_label=False)
-                    cmp_queue1 = gr.Plot(show_label=False)
-                with gr.Row():
-                    cmp_batch0 = gr.Plot(show_label=False)
-                    cmp_batch1 = gr.Plot(show_label=False)
+                for row in (COMPARE_KEYS[:2], COMPARE_KEYS[2:]):
+                    with gr.Row():
+                        for key in row:
+                            _plot(key, first)
+        figures = gr.Textbox(visible=False)  # {chart: figure} JSON for assets/charts.js
+        compare_figures = gr.Textbox(visible=False)
         timer = gr.Timer(TICK_S)
 
         # -- callbacks ------------------------------------------------------------------------
         knobs = [scenario, num_users, arrival, rate, policy, compare, budget, max_seqs, kv_blocks]
-        plots = [queue_plot, batch_plot, timeline_plot, kv_plot, stops_plot, latency_plot,
-                 tput_plot]  # fmt: skip
         board_outputs = [stats, board, log, inspector, scoreboard]
-        chart_outputs = [sent, *plots]
-        compare_outputs = [sent_compare, cmp_queue0, cmp_queue1, cmp_batch0, cmp_batch1]
         versions = [version, chart_version, compare_version, charts_at, timer]
 
         def tick(seen, charts_seen, last_charts, rid, every, request: gr.Request):
@@ -231,22 +245,20 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
 
         def start(key, n, arr, r, pol, cmp, bud, seqs, kv):
             sc = SCENARIOS[key]
-            cfg = replace(
-                driver.base_config,
-                **{k: v for k, v in sc.engine_overrides.items() if k in EngineConfig.field_names()},
-            )
-            cfg = replace(
-                cfg,
-                scheduling_policy=pol,
-                max_num_batched_tokens=int(bud),
-                max_num_seqs=int(seqs),
-                num_kv_blocks=int(kv),
-            )
-            workload = sc.workload(int(n), arr, float(r), seed=random.randrange(2**31))
-            try:
+            overrides = {k: v for k, v in sc.engine_overrides.items()
+                         if k in EngineConfig.field_names()}  # fmt: skip
+            try:  # EngineConfig checks the knobs as replace() builds it
+                cfg = replace(
+                    replace(driver.base_config, **overrides),
+                    scheduling_policy=pol,
+                    max_num_batched_tokens=int(bud),
+                    max_num_seqs=int(seqs),
+                    num_kv_blocks=int(kv),
+                )
+                workload = sc.workload(int(n), arr, float(r), seed=random.randrange(2**31))
                 driver.reset(cfg, compare=bool(cmp), workload=workload)
             except ValueError as exc:
-                gr.Warning(f"the engine refused these knobs: {exc}")
+                _warn(f"the engine refused these knobs: {exc}")
                 return gr.skip()
             driver.resume()
             return gr.Button("Pause")
@@ -269,14 +281,18 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
             return gr.Button("Resume")
 
         def reset_board(pol, bud, seqs, kv):
-            cfg = replace(
-                driver.base_config,
-                scheduling_policy=pol,
-                max_num_batched_tokens=int(bud),
-                max_num_seqs=int(seqs),
-                num_kv_blocks=int(kv),
-            )
-            driver.reset(cfg)
+            try:
+                cfg = replace(
+                    driver.base_config,
+                    scheduling_policy=pol,
+                    max_num_batched_tokens=int(bud),
+                    max_num_seqs=int(seqs),
+                    num_kv_blocks=int(kv),
+                )
+                driver.reset(cfg)
+            except ValueError as exc:
+                _warn(f"the engine refused these knobs: {exc}")
+                return gr.skip()
             return gr.Button("Pause") if not driver.is_paused else gr.skip()
 
         def submit_prompt(text, mt, temp, tp, tk, sd, stop_text, lp, request: gr.Request):
@@ -296,9 +312,8 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
                 messages = [{"role": "user", "content": text}]
                 handle = _submit_public(driver, messages, params, me)
             except (RequestRejected, ValueError) as exc:
-                gr.Warning(f"Refused: {exc}")
-                return gr.skip(), f"Refused: {exc}"
-            return "", f"Sent as **{handle.request_id}**: it streams into your card."
+                return gr.skip(), _warn(f"Refused: {exc}")
+            return "", f"Sent as **{cards.esc(handle.request_id)}**: it streams into your card."
 
         def cancel_mine(request: gr.Request):
             driver.abort_owner(cards.visitor_owner(request.session_hash))
@@ -324,7 +339,7 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
             try:
                 driver.set_pace(value)
             except ValueError:
-                gr.Warning(f"pace must be 'max' or a number of steps per second, got {value!r}")
+                _warn(f"pace must be 'max' or a number of steps per second, got {value!r}")
 
         def generate(prompt: str, max_tokens: int = 64, temperature: float = 0.7) -> str:
             """Text in, text out: the prompt (as a user turn) joins the board's batch."""
@@ -341,9 +356,12 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
         tick_inputs = [version, chart_version, charts_at, inspect_rid, timer]
         timer.tick(tick, tick_inputs, [*versions, alert, *board_outputs], **hidden)
         demo.load(tick, tick_inputs, [*versions, alert, *board_outputs], show_progress="hidden")
-        chart_version.change(redraw_charts, [chart_version, sent], chart_outputs, **hidden)
-        compare_version.change(redraw_compare, [compare_version, sent_compare], compare_outputs,
-                               **hidden)  # fmt: skip
+        chart_version.change(redraw_charts, [chart_version, sent], [sent, figures], **hidden)
+        compare_version.change(redraw_compare, [compare_version, sent_compare],
+                               [sent_compare, compare_figures], **hidden)  # fmt: skip
+        draw = load_asset("charts.js")
+        figures.change(None, figures, None, js=draw, **hidden)
+        compare_figures.change(None, compare_figures, None, js=draw, **hidden)
         demo.unload(leave)
         gr.api(generate, api_name="generate", concurrency_limit=None)
         scenario.change(pick_scenario, scenario, knobs[1:] + [note], show_progress="hidden")
@@ -364,5 +382,6 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
     return demo
 
 
-def load_css() -> str:
-    return CSS_PATH.read_text(encoding="utf-8")
+def load_asset(name: str) -> str:
+    """A file of assets/ as text (the page's style.css, the charts' charts.js)."""
+    return (ASSETS / name).read_text(encoding="utf-8")

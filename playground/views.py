@@ -1,13 +1,13 @@
 """What the board's timer and redraws return: HTML and chart JSON for one BoardState.
 
 Pure of Gradio state except gr.skip(); the charts are built once per board version and
-shared by every session (FigureCache), and each session is sent only the charts it lacks.
+shared by every session (FigureCache), and each session is sent only the charts it lacks,
+as one JSON object that the page's assets/charts.js draws into the gr.Plot placeholders.
 """
 
 import threading
 
 import gradio as gr
-from gradio.components.plot import PlotData
 
 from playground import cards, charts
 from playground.board import BoardState
@@ -25,23 +25,23 @@ class FigureCache:
     def __init__(self):
         self._lock = threading.Lock()
         self._version = -1
-        self._plots: dict[str, PlotData] = {}
+        self._plots: dict[str, str] = {}  # chart -> its figure's JSON
         self._revisions: dict[str, int] = {}
 
-    def get(self, state: BoardState) -> tuple[dict[str, PlotData], dict[str, int]]:
+    def get(self, state: BoardState) -> tuple[dict[str, str], dict[str, int]]:
         with self._lock:
             if state.version != self._version:
                 for key, plot in _figures(state).items():
                     old = self._plots.get(key)
-                    if old is None or old.plot != plot.plot:
+                    if old != plot:
                         self._plots[key] = plot
                         self._revisions[key] = self._revisions.get(key, 0) + 1
                 self._version = state.version
             return self._plots, dict(self._revisions)
 
 
-def _figures(state: BoardState) -> dict[str, PlotData]:
-    """Every chart of the board, as the JSON gr.Plot sends (built without go.Figure)."""
+def _figures(state: BoardState) -> dict[str, str]:
+    """Every chart of the board, as the figure JSON plotly.js draws (built without go.Figure)."""
     snap = state.snapshot
     labels, colours = cards.request_labels(state), cards.request_colours(state)
     specs = {
@@ -58,25 +58,24 @@ def _figures(state: BoardState) -> dict[str, PlotData]:
             s = state.snapshots[lane]
             specs[f"cmp_queue{i}"] = charts.queue_spec(s, f"{lane}: queues")
             specs[f"cmp_batch{i}"] = charts.batch_spec(s, f"{lane}: tokens per step")
-    return {k: PlotData(type="plotly", plot=charts.as_json(v)) for k, v in specs.items()}
+    return {k: charts.as_json(v) for k, v in specs.items()}
 
 
 PLOT_KEYS = ("queue", "batch", "timeline", "kv", "stops", "latency", "tput")  # fmt: skip
 COMPARE_KEYS = ("cmp_queue0", "cmp_queue1", "cmp_batch0", "cmp_batch1")
 
 
-def _plots(state: BoardState, cache: FigureCache, keys, sent: dict | None) -> tuple[dict, list]:
-    """The charts this session lacks (gr.skip() for the others) and its updated `sent`."""
+def _plots(state: BoardState, cache: FigureCache, keys, sent: dict | None) -> list:
+    """This session's updated `sent`, then the charts it lacks as one JSON object
+    {chart: figure} (gr.skip() when it has them all)."""
     plots, revisions = cache.get(state)
     sent = dict(sent or {})
-    out = []
+    parts = []
     for key in keys:
         if key in plots and sent.get(key) != revisions[key]:
-            out.append(plots[key])
+            parts.append(f'"{key}":{plots[key]}')
             sent[key] = revisions[key]
-        else:
-            out.append(gr.skip())
-    return sent, out
+    return [sent, "{" + ",".join(parts) + "}" if parts else gr.skip()]
 
 
 def board_values(state: BoardState, me: str | None, rid, deltas) -> list:
@@ -92,13 +91,10 @@ def board_values(state: BoardState, me: str | None, rid, deltas) -> list:
 
 
 def chart_values(state: BoardState, cache: FigureCache, sent: dict | None = None) -> list:
-    """A redraw of the charts: charts sent, then the plots (gr.skip() for those the session
-    already has, per `sent`)."""
-    sent, plots = _plots(state, cache, PLOT_KEYS, sent)
-    return [sent, *plots]
+    """A redraw of the charts: charts sent, then the figures the session lacks, per `sent`."""
+    return _plots(state, cache, PLOT_KEYS, sent)
 
 
 def compare_values(state: BoardState, cache: FigureCache, sent: dict | None = None) -> list:
-    """A redraw of the compare tab's charts: charts sent, then the plots."""
-    sent, plots = _plots(state, cache, COMPARE_KEYS, sent)
-    return [sent, *plots]
+    """A redraw of the compare tab's charts: charts sent, then the figures it lacks."""
+    return _plots(state, cache, COMPARE_KEYS, sent)

@@ -5,27 +5,65 @@ stop-reason badge, and the visitor's own prompt answered. The screenshot goes to
 tmp dir; PLAYGROUND_UPDATE_SCREENSHOT=1 writes assets/screenshot.png (the README's) instead.
 """
 
+import contextlib
 import os
+import time
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e
 
 
-def _count(page, js: str) -> int:
-    return page.evaluate(js)
-
-
-STREAMING_USERS = """() => [...document.querySelectorAll('.pg-card:not(.pg-mine) .pg-text')]
-    .filter(e => e.textContent.trim().length > 5).length"""
+# The simulated users' cards: request id -> [text, tokens streamed]; `running` keeps only those
+# whose badge says running. The foot's token count tells a card that streamed from one whose
+# 420-character tail only slid.
+USER_CARDS = """(running) => Object.fromEntries(
+    [...document.querySelectorAll('.pg-card:not(.pg-mine)')]
+    .filter(c => c.querySelector('.pg-rid').textContent
+                 && (!running || c.querySelector('.pg-badge.pg-running')))
+    .map(c => [c.querySelector('.pg-rid').textContent, [c.querySelector('.pg-text').textContent,
+               parseInt(c.querySelector('.pg-foot').textContent) || 0]]))"""
 STOP_BADGES = "() => document.querySelectorAll('.pg-badge[class*=\"pg-stop-\"]').length"
 MY_ANSWER = """() => { const c = document.querySelector('.pg-card.pg-mine');
     return c && c.querySelector('.pg-finished') ? c.querySelector('.pg-text').textContent : ''}"""
-PLOTS = "() => document.querySelectorAll('.pg-plot .js-plotly-plot .main-svg').length"
+# The steps the "Tokens per step" chart shows, and whether its plot is still `first` (Gradio
+# re-mounts a gr.Plot it sends a new figure to; assets/charts.js draws in place instead).
+BATCH_STEPS = """(first) => { const gd = document.querySelector('#pg-plot-batch .js-plotly-plot');
+    return [gd && gd.data ? gd.data[0].x.length : -1, gd === (first || gd)] }"""
+# The board's seven charts (the compare tab's are not .pg-plot), each drawn by Plotly.
+BOARD_PLOTS = """() => [...document.querySelectorAll('.pg-plot')].map(p => {
+    const gd = p.querySelector('.js-plotly-plot');
+    if (!gd || !gd.data || !gd.querySelector('.main-svg')) return null;
+    return (gd.layout.title && gd.layout.title.text) || '?' })"""
+NUM_BOARD_PLOTS = 7
 OTHER_VISITOR = """(cls) => [...document.querySelectorAll('.pg-card')].some(c =>
     c.querySelector('.pg-name').textContent.startsWith('Visitor ') && c.querySelector('.' + cls))"""
+
+
+def _streaming_cards(page, timeout_s: float = 120.0, gap_ms: int = 1000) -> list[str]:
+    """Request ids of user cards that streamed: running at one look, with more tokens and
+    other text `gap_ms` later. Looks again until 3 did or `timeout_s` passed."""
+    deadline, grew = time.monotonic() + timeout_s, []
+    while time.monotonic() < deadline and len(grew) < 3:
+        before = page.evaluate(USER_CARDS, True)
+        if len(before) < 3:
+            page.wait_for_timeout(250)
+            continue
+        page.wait_for_timeout(gap_ms)
+        after = page.evaluate(USER_CARDS, False)
+        grew = [rid for rid, (text, n) in before.items()
+                if rid in after and after[rid][1] > n and after[rid][0] != text]  # fmt: skip
+    return grew
+
+
+def _wait_for_a_redraw(page, first) -> None:
+    """Until the batch chart shows more steps than now (or is no longer `first`)."""
+    steps, _ = page.evaluate(BATCH_STEPS, first)
+    grew = f"(first) => {{ const [n, same] = ({BATCH_STEPS})(first); return !same || n > {steps} }}"
+    page.wait_for_function(grew, arg=first, timeout=60_000)
 
 
 def test_board_end_to_end(page, tmp_path):
@@ -38,11 +76,21 @@ def test_board_end_to_end(page, tmp_path):
     page.click("#pg-send")
     page.wait_for_function("() => document.querySelector('#pg-send-status').textContent"
                            ".includes('Sent as')", timeout=30_000)  # fmt: skip
-    page.wait_for_function(f"() => ({STREAMING_USERS})() >= 3", timeout=120_000)
-    page.wait_for_function(f"() => ({PLOTS})() >= 7", timeout=60_000)
+    streamed = _streaming_cards(page)
+    assert len(streamed) >= 3, f"user cards that streamed: {streamed}"
+    drawn = f"() => ({BOARD_PLOTS})().filter(t => t).length >= {NUM_BOARD_PLOTS}"
+    with contextlib.suppress(PlaywrightTimeout):  # the assert below says which are missing
+        page.wait_for_function(drawn, timeout=60_000)
+    titles = page.evaluate(BOARD_PLOTS)
+    assert len(titles) == NUM_BOARD_PLOTS and all(titles), f"board charts drawn: {titles}"
+    first = page.evaluate_handle("() => document.querySelector('#pg-plot-batch .js-plotly-plot')")
+    _wait_for_a_redraw(page, first)
+    assert page.evaluate(BATCH_STEPS, first)[1], "the chart was re-mounted, not redrawn in place"
+    page.evaluate("(gd) => Plotly.relayout(gd, {'xaxis.range': [0, 3]})", first)  # a zoom
+    _wait_for_a_redraw(page, first)
+    assert page.evaluate("(gd) => gd.layout.xaxis.range", first) == [0, 3], "zoom lost"
     page.wait_for_function(f"() => ({STOP_BADGES})() >= 1", timeout=180_000)
     page.wait_for_function(f"() => ({MY_ANSWER})().trim().length > 0", timeout=180_000)
-    assert _count(page, STREAMING_USERS) >= 3
     assert page.locator(".pg-card.pg-mine .pg-badge[class*='pg-stop-']").count() == 1
     assert "step" in page.locator("#pg-log").inner_text()
     shot = tmp_path / "screenshot.png"

@@ -110,9 +110,19 @@ def snapshot(
     )
 
 
-def busy_board(num_users=32, num_steps=500, version=1) -> BoardState:
-    """A board at its caps: num_users users mid-answer and num_steps steps of history."""
+def busy_board(
+    num_users=32, num_steps=500, version=1, *, num_finished=0, num_samples=200, kv_blocks=512
+) -> BoardState:
+    """A busy board: num_users users mid-answer, num_steps steps of history, num_finished
+    finished requests (records and states), num_samples TTFT and TPOT samples each."""
     users, records, reqs = [], [], []
+    for i in range(num_finished):  # older than the users' live requests
+        rid, text = f"req-done-{i}", "An answer that ended. " * 8
+        records.append(RequestRecord(rid, f"api:{i:04d}", "What is KV? " * 10, 0.0, text, 40,
+                                     "eos", True))  # fmt: skip
+        reqs.append(request(rid, status="finished", stop="eos", arrival=-10.0 + i * 0.01,
+                            scheduled=-9.9 + i * 0.01, first=-9.8 + i * 0.01,
+                            finished=-5.0 + i * 0.01, text=text, output=40))  # fmt: skip
     for i in range(num_users):
         rid, owner = f"req-{i}", f"user:{USER_NAMES[i % len(USER_NAMES)]}{i}"
         users.append(
@@ -158,10 +168,10 @@ def busy_board(num_users=32, num_steps=500, version=1) -> BoardState:
         steps=steps,
         requests=reqs,
         totals=totals,
-        blocks=512,
+        blocks=kv_blocks,
         used=128,
-        ttfts=[0.1 * (i % 9) for i in range(200)],
-        tpots=[0.01 * (i % 7) for i in range(200)],
+        ttfts=[0.1 * (i % 9) for i in range(num_samples)],
+        tpots=[0.01 * (i % 7) for i in range(num_samples)],
     )
     stats = {"main": LaneStats("main", "continuous", 100, 70, num_steps, 60.0, 59.0, 480)}
     return BoardState(

@@ -92,8 +92,15 @@ def test_narrated_step_log():
 
 def test_step_log_is_escaped_and_newest_first():
     board = busy_board(num_users=2, num_steps=10)
+    evil = RequestRecord("req-x", "someone:" + EVIL, "p", 0.0)  # an owner label shown as is
+    steps = (*board.snapshot.steps, step(11, events=[("finished", "req-x", EVIL)]))
+    board = replace(board, records=(*board.records, evil),
+                    snapshots={"main": replace(board.snapshot, steps=steps)})  # fmt: skip
     html = cards.render_step_log(board)
-    assert html.index("step 10 ") < html.index("step 9 ")
+    assert html.index("step 11 ") < html.index("step 10 ") < html.index("step 9 ")
+    assert "<script>" not in html
+    quoted = "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;"
+    assert f"req-x · someone:{quoted} finished: {quoted}" in html
 
 
 def test_scoreboard_compares_lanes():

@@ -120,6 +120,21 @@ def test_empty_snapshot_draws_every_chart():
         fn(snap).to_json()
 
 
+def test_a_refresh_keeps_the_visitors_zoom_even_when_the_title_moves():
+    """plotly.js keeps zoom and legend clicks while `uirevision` stays the same; the KV,
+    latency and throughput titles carry live numbers, so it must not follow the title."""
+    quiet, busy = snapshot(), busy_board().snapshot
+    specs = (charts.queue_spec, charts.batch_spec, charts.timeline_spec, charts.kv_block_spec,
+             charts.stop_reason_spec, charts.latency_spec, charts.throughput_spec)  # fmt: skip
+    for spec in specs:
+        before, after = spec(quiet)["layout"], spec(busy)["layout"]
+        assert before["uirevision"] == after["uirevision"], spec.__name__
+    assert (
+        charts.kv_block_spec(quiet)["layout"]["title"]
+        != charts.kv_block_spec(busy)["layout"]["title"]
+    )
+
+
 def test_charts_of_a_full_board_are_cheap():
     """32 users and 500 steps: every chart's JSON (what the board sends) well under a tick."""
     snap = busy_board().snapshot

@@ -1,6 +1,9 @@
-"""Simulated users, arrival processes and the one-click presets (no engine)."""
+"""Simulated users, arrival processes and the one-click presets: built without an engine,
+then each preset run on a real engine (tiny random model) to show it does what it promises."""
 
+import itertools
 import random
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -120,3 +123,115 @@ def test_presets_show_what_they_promise():
     assert len(systems) == 1 and len(next(iter(systems)).split()) > 150  # one shared prefix
     long_short = SCENARIOS["long_vs_short"].workload(seed=0)
     assert {u.profile.pool for u in long_short.users} == {"long", "chat"}
+
+
+# -- each preset on a real engine (tiny random model) ------------------------------------------
+DT = 0.05  # simulated seconds per engine step: the users' clock, so every run is repeatable
+
+
+def run_preset(make_engine, key: str, max_steps: int, until=None, **overrides):
+    """The preset's workload on a real engine with its engine overrides, stepped like the
+    driver does (users tick, one step, outputs back to the users) on a simulated clock,
+    until `until(engine, workload)` or max_steps. Returns (engine, workload, number of steps)."""
+    sc = SCENARIOS[key]
+    # the command line leaves num_kv_blocks to memory; 1024 blocks stand in for that here
+    engine = make_engine(EngineConfig(**{"num_kv_blocks": 1024, **sc.engine_overrides,
+                                         **overrides}))  # fmt: skip
+    workload, ids = sc.workload(seed=0), itertools.count(1)
+
+    def submit(prompt, params, owner):
+        rid = f"req-{next(ids)}"
+        # Greedy: what is scheduled does not depend on which tokens are picked, and a random
+        # model's flat logits make top-p sort the whole vocabulary (most of a step's time).
+        engine.add_request(rid, prompt, replace(params, temperature=0.0))
+        return rid
+
+    for n in range(1, max_steps + 1):
+        now = n * DT
+        workload.tick(now, submit, engine.abort_request)
+        for out in engine.step() if engine.has_unfinished_requests() else ():
+            workload.on_output(out, now, engine.abort_request)
+        if until is not None and until(engine, workload):
+            break
+    return engine, workload, n
+
+
+def test_chat_burst_admits_everyone_at_once_and_finishes_every_request(make_engine):
+    first_round = {f"req-{i}" for i in range(1, 9)}  # all at once: the 8 users' first requests
+
+    def all_done(engine, _):
+        return not first_round & {r.request_id for r in engine.snapshot().requests
+                                  if r.status != "finished"}  # fmt: skip
+
+    engine, _, n = run_preset(make_engine, "chat_burst", 120, all_done)
+    snap = engine.snapshot()
+    done = {r.request_id: r.stop_reason for r in snap.requests if r.status == "finished"}
+    assert first_round <= done.keys(), f"unfinished after {n} steps"
+    assert set(done.values()) <= {"eos", "max_tokens", "cancelled"}
+    assert snap.steps[1].num_waiting == 0  # the queue drained into the batch in two steps
+
+
+def _prefill_steps(steps) -> dict[str, int]:
+    """request id -> number of steps that prefilled part of its prompt."""
+    counts: dict[str, int] = {}
+    for s in steps:
+        for e in s.events:
+            if e.kind in ("prefill_chunk", "prefill_done"):
+                counts[e.request_id] = counts.get(e.request_id, 0) + 1
+    return counts
+
+
+def _chunks_next_to_decodes(steps) -> list:
+    """Steps that prefilled a chunk of a prompt (not its last) while others decoded."""
+    chunk = [s for s in steps if any(e.kind == "prefill_chunk" for e in s.events)]
+    return [s for s in chunk if s.num_decode_tokens]
+
+
+def test_long_prompts_are_prefilled_in_chunks_next_to_decodes(make_engine):
+    def shown(engine, _):
+        steps = engine.snapshot().steps
+        longest = max(_prefill_steps(steps).values(), default=0)
+        return longest >= 3 and bool(_chunks_next_to_decodes(steps))
+
+    engine, _, n = run_preset(make_engine, "long_vs_short", 200, shown)
+    steps = engine.snapshot().steps
+    budget = SCENARIOS["long_vs_short"].engine_overrides["max_num_batched_tokens"]
+    assert all(s.num_tokens <= budget for s in steps)
+    assert max(_prefill_steps(steps).values()) >= 3, f"no prompt prefilled over 3 steps in {n}"
+    assert _chunks_next_to_decodes(steps), "short chats did not decode next to a long prefill"
+
+
+def test_kv_pressure_preempts(make_engine):
+    def preempted(engine, _):
+        return engine.snapshot().totals.num_preemptions > 0
+
+    engine, _, n = run_preset(make_engine, "kv_pressure", 200, preempted)
+    snap = engine.snapshot()
+    assert snap.totals.num_preemptions > 0, f"no preemption in {n} steps"
+    assert snap.kv_blocks_total == 40
+    assert any(e.kind == "preempted" for s in snap.steps for e in s.events)
+
+
+def test_shared_system_prompt_hits_the_prefix_cache(make_engine):
+    def hit(engine, _):
+        return any(r.num_cached_tokens for r in engine.snapshot().requests)
+
+    engine, _, n = run_preset(make_engine, "prefix_cache", 200, hit)
+    cached = max(r.num_cached_tokens for r in engine.snapshot().requests)
+    assert cached >= 200, f"{cached} cached prompt tokens after {n} steps"  # the system prompt
+    assert engine.snapshot().totals.num_prefix_hits > 0
+
+
+def test_continuous_finishes_the_static_vs_continuous_work_sooner(make_engine):
+    """The same 16 fixed-length requests through each policy: continuous refills the batch
+    every step; static admits a new batch only when the whole batch is done. In the steps
+    continuous takes to finish all of it, static finishes less of the same work."""
+    key = "static_vs_continuous"
+    cont, workload, n = run_preset(make_engine, key, 400, lambda e, w: w.is_done)
+    work = sum(p.max_tokens for p in workload.profiles)  # ignore_eos: exactly this many tokens
+    assert workload.is_done and cont.snapshot().totals.num_generated_tokens == work
+    static, workload, _ = run_preset(make_engine, key, n, scheduling_policy="static")
+    assert not workload.is_done, f"static finished in {n} steps too"
+    generated = static.snapshot().totals.num_generated_tokens
+    assert generated < 0.8 * work, (generated, work, n)  # fewer tokens per step
+    assert static.snapshot().num_finished < cont.snapshot().num_finished
