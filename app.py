@@ -46,6 +46,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--kv-backend", choices=["paged", "hf_cache"], default=None)
     p.add_argument("--no-chunked-prefill", action="store_true")
     p.add_argument("--no-prefix-caching", action="store_true")
+    p.add_argument(
+        "--torch-compile",
+        action="store_true",
+        help="compile the model's forward before serving: faster steps, minutes to start on a CPU",
+    )
     p.add_argument("--max-waiting", type=int, default=None, help="waiting requests before 429")
     p.add_argument("--pace", default="max", help="'max' or steps per second (slow motion)")
     limits = PublicLimits()
@@ -95,6 +100,8 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         overrides["enable_chunked_prefill"] = False
     if args.no_prefix_caching:
         overrides["enable_prefix_caching"] = False
+    if args.torch_compile:
+        overrides["torch_compile"] = True
     return EngineConfig(**overrides)
 
 

@@ -1,8 +1,10 @@
 """Latency benchmark: batch-1 decode time per token, the engine against transformers `generate`.
 
 One prompt of --prompt-len tokens (from bench/corpus.txt), greedy, ignore_eos, --max-tokens
-output tokens, run alone --iters times after --warmup untimed runs. Decode ms/token =
-(last token - first token) / (tokens - 1); prefill = time to the first token. Medians.
+output tokens, run alone --iters times after --warmup untimed runs, the systems taking turns
+(round-robin). Decode ms/token = (last token - first token) / (tokens - 1); prefill = time to
+the first token. Medians. `engine_compiled` is the engine with torch_compile=True (compiling
+takes a minute or two first).
 
     python bench/bench_latency.py
 """
@@ -27,7 +29,12 @@ from bench.workload import corpus_token_ids  # noqa: E402
 from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 from engine.loader import load_model  # noqa: E402
 
-SYSTEMS = ("engine", "engine_hf_cache", "hf_generate")
+SYSTEMS = ("engine", "engine_compiled", "engine_hf_cache", "hf_generate")
+ENGINE_OVERRIDES = {
+    "engine": {},
+    "engine_compiled": {"torch_compile": True},  # compiled when the engine is made
+    "engine_hf_cache": {"kv_backend": "hf_cache"},
+}
 
 
 def time_engine(engine: LLMEngine, prompt: list[int], max_tokens: int) -> tuple[float, float]:
@@ -83,31 +90,35 @@ def main():
                 model, tokenizer.pad_token_id, prompt, args.max_tokens
             )
         else:
-            backend = "paged" if name == "engine" else "hf_cache"
             # prefix caching off: every iteration pays its own prefill, as generate does
-            config = EngineConfig(kv_backend=backend, enable_prefix_caching=False)
+            config = EngineConfig(enable_prefix_caching=False, **ENGINE_OVERRIDES[name])
             engine = LLMEngine(model, tokenizer, config)
             runners[name] = lambda engine=engine: time_engine(engine, prompt, args.max_tokens)
 
-    results = {}
-    for name, run in runners.items():
+    for run in runners.values():
         for _ in range(args.warmup):
             run()
-        samples = [run() for _ in range(args.iters)]
-        results[name] = {
-            "prefill_ms": 1e3 * statistics.median(s[0] for s in samples),
-            "decode_ms_per_token": 1e3 * statistics.median(s[1] for s in samples),
-            "samples": samples,
+    samples = {name: [] for name in runners}
+    for _ in range(args.iters):  # round-robin, so a noisy minute hits every system alike
+        for name, run in runners.items():
+            samples[name].append(run())
+    results = {
+        name: {
+            "prefill_ms": 1e3 * statistics.median(s[0] for s in runs),
+            "decode_ms_per_token": 1e3 * statistics.median(s[1] for s in runs),
+            "samples": runs,
         }
+        for name, runs in samples.items()
+    }
 
     parts = [
         f"{n} {r['decode_ms_per_token']:.1f} ms/token (prefill {r['prefill_ms']:.0f} ms)"
         for n, r in results.items()
     ]
-    if "engine" in results and "hf_generate" in results:
-        per_token = {n: r["decode_ms_per_token"] for n, r in results.items()}
-        ratio = per_token["hf_generate"] / per_token["engine"]
-        parts.append(f"generate/engine {ratio:.2f}x")
+    per_token = {n: r["decode_ms_per_token"] for n, r in results.items()}
+    for name in ("engine", "engine_compiled"):
+        if name in per_token and "hf_generate" in per_token:
+            parts.append(f"generate/{name} {per_token['hf_generate'] / per_token[name]:.2f}x")
     print(
         f"batch-1 decode, prompt {args.prompt_len}, {args.max_tokens} tokens: " + ", ".join(parts)
     )

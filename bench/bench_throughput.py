@@ -1,9 +1,10 @@
 """Throughput benchmark (issue 3): the engine against transformers' own ways to serve a batch.
 
 One fixed-seed workload (bench/workload.py), greedy, ignore_eos, every request arriving at
-t=0, run in ONE process on ONE model object by up to six systems:
+t=0, run in ONE process on ONE model object by up to seven systems:
 
   engine_continuous  LLMEngine, paged KV cache, continuous batching (the product)
+  engine_compiled    the same with torch_compile=True (compiled before the clock starts)
   engine_static      LLMEngine, paged KV cache, static batching (a new batch when none runs)
   engine_hf_cache    LLMEngine, one transformers DynamicCache and one forward per sequence
   hf_generate        transformers `generate`, one request at a time
@@ -48,6 +49,7 @@ from engine.telemetry import percentile  # noqa: E402
 
 SYSTEMS = {  # name -> table label
     "engine_continuous": "engine paged/continuous",
+    "engine_compiled": "engine paged/continuous, torch.compile",
     "engine_static": "engine paged/static",
     "engine_hf_cache": "engine hf_cache",
     "hf_generate": "HF generate, one by one",
@@ -390,12 +392,30 @@ def wait_for_quiet(threshold: float, settle_s: float = 30, timeout_s: float = 36
     return time.monotonic() - start
 
 
+def print_ratios(base: RunResult | None, results: list[RunResult]) -> dict[str, float]:
+    """tokens/s of `base` over each other result's; {} without a base."""
+    if base is None:
+        return {}
+    print()
+    ratios = {}
+    for r in results:
+        if r.system != base.system:
+            ratios[r.system] = base.tokens_per_s / r.tokens_per_s
+            print(f"{base.label} / {r.label}: {ratios[r.system]:.2f}x tok/s")
+    return ratios
+
+
 def run_system(name, model, tokenizer, workload, args, guard: NoiseGuard) -> RunResult:
     """Warm up and time one system; NoisyRun when `guard` sees too much CPU pressure."""
     load = os.getloadavg()[0]
     stall, start = cpu_stall_us(), time.monotonic()
     if name == "engine_continuous":
         run = run_engine(model, tokenizer, workload, args, guard, scheduling_policy="continuous")
+    elif name == "engine_compiled":
+        run = run_engine(
+            model, tokenizer, workload, args, guard, scheduling_policy="continuous",
+            torch_compile=True,
+        )  # fmt: skip
     elif name == "engine_static":
         run = run_engine(model, tokenizer, workload, args, guard, scheduling_policy="static")
     elif name == "engine_hf_cache":
@@ -593,14 +613,10 @@ def main():
     print()
     print(format_table(results, checks))
     by_name = {r.system: r for r in results}
-    ratios = {}
-    if BASELINE in by_name:
-        base = by_name[BASELINE]
-        print()
-        for r in results:
-            if r.system != BASELINE:
-                ratios[r.system] = base.tokens_per_s / r.tokens_per_s
-                print(f"{base.label} / {r.label}: {ratios[r.system]:.2f}x tok/s")
+    ratios = print_ratios(by_name.get(BASELINE), results)
+    compiled_ratios = print_ratios(
+        by_name.get("engine_compiled"), [r for r in results if r.system.startswith("hf_")]
+    )
     overhead_lines = []
     for r in results:
         if r.system.startswith("engine_") and r.system != "engine_hf_cache":
@@ -639,6 +655,7 @@ def main():
             },
             "results": [r.summary() for r in results],
             "ratios": ratios,
+            "compiled_ratios": compiled_ratios,
             "checks": checks,
             "load_after": os.getloadavg()[0],
         }

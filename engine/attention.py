@@ -11,6 +11,10 @@ Packed layout of one step: `[1, T]` tokens, the decodes first (one token each, l
 context first), then one chunk per prefilling sequence. Decodes are attended in a few groups
 of similar context length, one SDPA call per group, so short contexts are not padded to the
 longest one.
+
+Under torch.compile (EngineConfig.torch_compile) the work is the custom op `paged_attention`,
+which the compiler does not trace into: the step's layout changes every step, and one graph
+serves them all.
 """
 
 from contextlib import contextmanager
@@ -68,12 +72,41 @@ def attention_context(ctx: AttentionContext):
 
 
 def paged_attention_forward(module, query, key, value, attention_mask, scaling=None, **kwargs):
-    ctx = _context
-    if ctx is None:
+    if torch.compiler.is_compiling():  # the engine's compiled forward: one opaque op per layer
+        return paged_attention(query, key, value, module.layer_idx, scaling), None
+    if _context is None:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, scaling=scaling, **kwargs
         )
-    k_cache, v_cache = ctx.kv_caches[module.layer_idx]
+    return _paged_attention(query, key, value, module.layer_idx, scaling), None
+
+
+@torch.library.custom_op("cb_playground::paged_attention", mutates_args=())
+def paged_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    layer_idx: int,
+    scaling: float | None,
+) -> torch.Tensor:
+    """`_paged_attention` as an op torch.compile does not trace into: the step's layout (the
+    AttentionContext) changes every step and stays out of the compiled graph. It writes the
+    KV pool, which is no argument; nothing in the graph reads the pool."""
+    if _context is None:
+        raise RuntimeError("the compiled paged attention runs only inside an engine step")
+    return _paged_attention(query, key, value, layer_idx, scaling)
+
+
+@paged_attention.register_fake
+def _(query, key, value, layer_idx, scaling):
+    batch, num_heads, num_tokens, head_dim = query.shape
+    return query.new_empty(batch, num_tokens, num_heads, head_dim)
+
+
+def _paged_attention(query, key, value, layer_idx: int, scaling: float | None) -> torch.Tensor:
+    """(1, H, T, D) queries of the packed step -> (1, T, H, D) attention output."""
+    ctx = _context
+    k_cache, v_cache = ctx.kv_caches[layer_idx]
     q = query[0].transpose(0, 1)  # (T, H, D)
     k = key[0].transpose(0, 1)  # (T, Hkv, D)
     v = value[0].transpose(0, 1)
@@ -107,7 +140,7 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
             qp, kp, vp, attn_mask=p.mask, is_causal=p.mask is None, scale=scaling, enable_gqa=True
         )  # (1, H, t, D)
         out[p.start : p.end] = op[0].transpose(0, 1)
-    return out.unsqueeze(0), None  # (1, T, H, D)
+    return out.unsqueeze(0)
 
 
 def _gather(cache: torch.Tensor, blocks: torch.Tensor, buffer: torch.Tensor) -> torch.Tensor:
@@ -121,8 +154,11 @@ def _gather(cache: torch.Tensor, blocks: torch.Tensor, buffer: torch.Tensor) -> 
 
 
 def paged_mask(*args, **kwargs):
-    """No mask inside a step (the context carries the layout); stock SDPA masks outside."""
-    return None if _context is not None else sdpa_mask(*args, **kwargs)
+    """No mask inside a step (the context carries the layout); stock SDPA masks outside. Only
+    the engine's step is ever compiled with this implementation."""
+    if torch.compiler.is_compiling() or _context is not None:
+        return None
+    return sdpa_mask(*args, **kwargs)
 
 
 def register() -> None:

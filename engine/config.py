@@ -18,6 +18,7 @@ class EngineConfig:
     enable_chunked_prefill: bool = True  # a long prompt may span several steps
     enable_prefix_caching: bool = True  # reuse full KV blocks of identical prefixes
     max_waiting: int = 1024  # add_request refuses past this many waiting requests
+    torch_compile: bool = False  # paged: the step's forward through torch.compile (slow start)
 
     def __post_init__(self):
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_waiting"):
@@ -38,7 +39,7 @@ class EngineConfig:
             )
         if self.kv_backend not in KV_BACKENDS:
             raise ValueError(f"kv_backend must be one of {KV_BACKENDS}, got {self.kv_backend!r}")
-        for name in ("enable_chunked_prefill", "enable_prefix_caching"):
+        for name in ("enable_chunked_prefill", "enable_prefix_caching", "torch_compile"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
 

@@ -55,7 +55,7 @@ class LLMEngine:
             register()
             model.set_attn_implementation(ATTN_IMPLEMENTATION)
             num_blocks = config.num_kv_blocks or auto_num_kv_blocks(model, config.block_size)
-            self.runner = ModelRunner(model, config.block_size, num_blocks)
+            self.runner = ModelRunner(model, config.block_size, num_blocks, config.torch_compile)
         else:  # the block manager only counts: each sequence's DynamicCache holds the K/V
             num_blocks = config.num_kv_blocks or config.max_num_seqs * -(
                 -max_model_len // config.block_size
@@ -68,6 +68,7 @@ class LLMEngine:
             num_kv_blocks=num_blocks,
             max_model_len=max_model_len,
             enable_prefix_caching=config.enable_prefix_caching and backend == "paged",
+            torch_compile=config.torch_compile and backend == "paged",
         )  # resolved: what the engine really runs with
         self.block_manager = BlockManager(
             num_blocks, config.block_size, self.config.enable_prefix_caching

@@ -2,12 +2,16 @@
 
 Two runners share one interface, `execute(scheduled, blocks_to_copy) -> (logits, sampled)`:
 `ModelRunner` (kv_backend="paged") and `HFCacheRunner` (kv_backend="hf_cache", in
-hf_cache_runner.py), the simple per-sequence baseline kept for comparison.
+hf_cache_runner.py), the simple per-sequence baseline kept for comparison. With
+`torch_compile` the paged runner's forward goes through torch.compile: one graph, compiled
+when the runner is made (a minute or two on a small CPU; later runners on the same model
+reuse it).
 """
 
 import os
 
 import torch
+import torch.fx.experimental._config as fx_config
 
 from engine.attention import AttentionContext, DecodeGroup, PrefillChunk, attention_context
 from engine.scheduler import ScheduledSequence
@@ -62,8 +66,22 @@ def auto_num_kv_blocks(model, block_size: int) -> int:
     return max(16, int(budget // bytes_per_block))
 
 
+def _compiled(model):
+    """`model` through torch.compile, as one graph for every step's shape: dynamic sizes, and
+    no graph of its own for a size of 1 (a batch-1 decode, a single sampled token); each graph
+    costs a minute or more of compiling on a small CPU. The step's layout never enters the
+    graph (the attention is an opaque op that reads it), and `model` itself stays eager."""
+    compiled = torch.compile(model, dynamic=True, fullgraph=True)  # no silent eager parts
+
+    def forward(**kwargs):
+        with fx_config.patch(backed_size_oblivious=True, use_duck_shape=False):
+            return compiled(**kwargs)
+
+    return forward
+
+
 class ModelRunner:
-    def __init__(self, model, block_size: int, num_blocks: int):
+    def __init__(self, model, block_size: int, num_blocks: int, torch_compile: bool = False):
         self.model = model
         self.block_size = block_size
         self.num_blocks = num_blocks
@@ -87,6 +105,10 @@ class ModelRunner:
             ) from exc
         self._row_size = block_size * num_kv_heads * head_dim
         self._gather_buffers = self._new_gather_buffers(0)
+        self.forward = model
+        if torch_compile:
+            self.forward = _compiled(model)
+            self._warm_up()
 
     def free(self, seq: Sequence) -> None:
         pass  # the block manager owns the pool's bookkeeping
@@ -129,13 +151,36 @@ class ModelRunner:
             gather_buffers=self._reserve(decode_groups, prefill_chunks),
         )
         with attention_context(ctx):
-            out = self.model(
+            out = self.forward(
                 input_ids=self._tensor(input_ids).unsqueeze(0),  # (1, T)
                 position_ids=self._tensor(positions).unsqueeze(0),
                 use_cache=False,
                 logits_to_keep=self._tensor(keep),
             )
         return out.logits[0], [s for s in packed if s.samples]  # (num_sampled, vocab)
+
+    @torch.inference_mode()
+    def _warm_up(self) -> None:
+        """Compile now, with a 2-token prompt in block 0 (free: nothing is cached yet), so the
+        first real step is not the one that waits for the compiler."""
+        ctx = AttentionContext(
+            kv_caches=self.kv_caches,
+            slot_mapping=self._tensor([0, 1]),
+            decodes=[],
+            prefills=[PrefillChunk(0, 2, None, 2, None)],
+            gather_buffers=self._gather_buffers,
+        )
+        try:
+            with attention_context(ctx):
+                self.forward(
+                    input_ids=self._tensor([[0, 0]]),
+                    position_ids=self._tensor([[0, 1]]),
+                    use_cache=False,
+                    logits_to_keep=self._tensor([1]),
+                )
+        except Exception as exc:
+            name = type(self.model).__name__
+            raise RuntimeError(f"torch_compile=True: {name} could not be compiled: {exc}") from exc
 
     def _decode_groups(self, decodes: list[ScheduledSequence]) -> list[DecodeGroup]:
         """Decodes (longest context first) in groups of similar length, see split_by_length."""

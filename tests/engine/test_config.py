@@ -17,13 +17,14 @@ def test_defaults_match_the_contract():
     assert c.enable_chunked_prefill is True
     assert c.enable_prefix_caching is True
     assert c.max_waiting == 1024
+    assert c.torch_compile is False
 
 
 def test_field_names_are_the_contract_names():
     assert EngineConfig.field_names() == {
         "max_num_seqs", "max_num_batched_tokens", "block_size", "num_kv_blocks",
         "max_model_len", "scheduling_policy", "kv_backend", "enable_chunked_prefill",
-        "enable_prefix_caching", "max_waiting",
+        "enable_prefix_caching", "max_waiting", "torch_compile",
     }  # fmt: skip
 
 
@@ -89,7 +90,9 @@ def test_kv_backend_refuses_unknown(value):
         EngineConfig(kv_backend=value)
 
 
-@pytest.mark.parametrize("name", ["enable_chunked_prefill", "enable_prefix_caching"])
+@pytest.mark.parametrize(
+    "name", ["enable_chunked_prefill", "enable_prefix_caching", "torch_compile"]
+)
 @pytest.mark.parametrize("value", [1, 0, "true", "False", None])
 def test_bool_fields_refuse_non_bools(name, value):
     with pytest.raises(ValueError, match=rf"\b{name}\b"):

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 from transformers import GenerationConfig
 
 from engine import LLMEngine, SamplingParams, StopReason
@@ -85,6 +86,32 @@ def test_n_siblings_share_prompt_blocks_and_match_generate(llama_pair, tokenizer
     for completion in out.outputs:
         checker.check(tokenizer.encode(prompt), completion.token_ids, 12)
     assert_no_leak(engine)
+
+
+def test_torch_compile_greedy_equals_generate_in_one_graph(llama_pair, tokenizer):
+    """One compiled graph serves every step: prefill chunks, decode groups of mixed lengths,
+    single decodes and recomputation after preemption; greedy output still equals generate."""
+    model, reference = llama_pair
+    counters.clear()
+    engine = make_engine(
+        model, tokenizer, torch_compile=True, num_kv_blocks=24, max_num_batched_tokens=16
+    )
+    assert engine.config.torch_compile
+    finals = run_staggered(engine, _requests(tokenizer))
+    assert counters["stats"]["unique_graphs"] == 1  # fullgraph: no eager parts, no recompiles
+    checker = GreedyChecker(reference)
+    for i, prompt in enumerate(PROMPTS):
+        checker.check(tokenizer.encode(prompt), finals[f"r{i}"].token_ids, 24)
+    assert checker.num_exact + checker.num_near_ties == len(PROMPTS)
+    snap = engine.snapshot()
+    assert snap.totals.num_preemptions > 0
+    assert any(e.kind == "prefill_chunk" for s in snap.steps for e in s.events)
+    assert any(s.num_tokens == 1 for s in snap.steps), "no batch-1 step ran compiled"
+    assert_no_leak(engine)
+    # A second engine on the model (a board reset) reuses the graph, and the model stays eager.
+    make_engine(model, tokenizer, torch_compile=True)
+    assert counters["stats"]["unique_graphs"] == 1
+    assert not isinstance(model, torch._dynamo.eval_frame.OptimizedModule)
 
 
 def test_greedy_equals_generate_on_smollm2(default_model, smollm2_reference):
