@@ -78,8 +78,8 @@ class _Hang:
 
 def test_watchdog_reports_a_stuck_step_and_clears(make_engine):
     engine = make_engine()
-    hang = _Hang(engine.runner.model)
-    engine.runner.model = hang
+    hang = _Hang(engine.runner.forward)
+    engine.runner.forward = hang
     d = EngineDriver(engine, stuck_after_s=0.3)
     try:
         assert d.stuck_for() is None and render_alert(d.stuck_for()) == ""
