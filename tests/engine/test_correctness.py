@@ -112,6 +112,10 @@ def test_torch_compile_greedy_equals_generate_in_one_graph(llama_pair, tokenizer
     make_engine(model, tokenizer, torch_compile=True)
     assert counters["stats"]["unique_graphs"] == 1
     assert not isinstance(model, torch._dynamo.eval_frame.OptimizedModule)
+    # The per-sequence baseline is never compiled; its resolved config says so.
+    assert not make_engine(
+        model, tokenizer, torch_compile=True, kv_backend="hf_cache"
+    ).config.torch_compile
 
 
 def test_greedy_equals_generate_on_smollm2(default_model, smollm2_reference):
