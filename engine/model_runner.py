@@ -150,6 +150,11 @@ class ModelRunner:
             prefills=prefill_chunks,
             gather_buffers=self._reserve(decode_groups, prefill_chunks),
         )
+        logits = self._forward(ctx, input_ids, positions, keep)
+        return logits, [s for s in packed if s.samples]
+
+    def _forward(self, ctx: AttentionContext, input_ids, positions, keep) -> torch.Tensor:
+        """The model over one packed step; the logits (len(keep), vocab) of tokens `keep`."""
         with attention_context(ctx):
             out = self.forward(
                 input_ids=self._tensor(input_ids).unsqueeze(0),  # (1, T)
@@ -157,7 +162,7 @@ class ModelRunner:
                 use_cache=False,
                 logits_to_keep=self._tensor(keep),
             )
-        return out.logits[0], [s for s in packed if s.samples]  # (num_sampled, vocab)
+        return out.logits[0]
 
     @torch.inference_mode()
     def _warm_up(self) -> None:
@@ -171,13 +176,7 @@ class ModelRunner:
             gather_buffers=self._gather_buffers,
         )
         try:
-            with attention_context(ctx):
-                self.forward(
-                    input_ids=self._tensor([[0, 0]]),
-                    position_ids=self._tensor([[0, 1]]),
-                    use_cache=False,
-                    logits_to_keep=self._tensor([1]),
-                )
+            self._forward(ctx, [0, 0], [0, 1], [1])
         except Exception as exc:
             name = type(self.model).__name__
             raise RuntimeError(f"torch_compile=True: {name} could not be compiled: {exc}") from exc

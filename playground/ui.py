@@ -34,6 +34,7 @@ from playground.views import (
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 TICK_S = 0.25  # ~4 Hz
 CHART_INTERVAL_S = 0.5  # charts redraw at most 2x/s: the browser's Plotly redraws are the cost
+KNOBS_REFUSED = "the engine refused these knobs"
 PACES = ["max", "0.5", "1", "2", "5", "10"]
 INTRO = """
 <div class="pg-hero"><h1>Continuous batching, live</h1>
@@ -73,6 +74,17 @@ def _scenario_knobs(driver: EngineDriver, sc: Scenario) -> list:
 def _html(value: str = "", **kwargs) -> gr.HTML:
     """gr.HTML without the click handler Gradio attaches on every update by default."""
     return gr.HTML(value, js_on_load=None, **kwargs)
+
+
+def _with_knobs(cfg: EngineConfig, pol, bud, seqs, kv) -> EngineConfig:
+    """`cfg` with the board's engine knobs; ValueError (from EngineConfig) naming a bad one."""
+    return replace(
+        cfg,
+        scheduling_policy=pol,
+        max_num_batched_tokens=int(bud),
+        max_num_seqs=int(seqs),
+        num_kv_blocks=int(kv),
+    )
 
 
 def _warn(message: str) -> str:
@@ -247,18 +259,12 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
             sc = SCENARIOS[key]
             overrides = {k: v for k, v in sc.engine_overrides.items()
                          if k in EngineConfig.field_names()}  # fmt: skip
-            try:  # EngineConfig checks the knobs as replace() builds it
-                cfg = replace(
-                    replace(driver.base_config, **overrides),
-                    scheduling_policy=pol,
-                    max_num_batched_tokens=int(bud),
-                    max_num_seqs=int(seqs),
-                    num_kv_blocks=int(kv),
-                )
+            try:
+                cfg = _with_knobs(replace(driver.base_config, **overrides), pol, bud, seqs, kv)
                 workload = sc.workload(int(n), arr, float(r), seed=random.randrange(2**31))
                 driver.reset(cfg, compare=bool(cmp), workload=workload)
             except ValueError as exc:
-                _warn(f"the engine refused these knobs: {exc}")
+                _warn(f"{KNOBS_REFUSED}: {exc}")
                 return gr.skip()
             driver.resume()
             return gr.Button("Pause")
@@ -282,16 +288,9 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
 
         def reset_board(pol, bud, seqs, kv):
             try:
-                cfg = replace(
-                    driver.base_config,
-                    scheduling_policy=pol,
-                    max_num_batched_tokens=int(bud),
-                    max_num_seqs=int(seqs),
-                    num_kv_blocks=int(kv),
-                )
-                driver.reset(cfg)
+                driver.reset(_with_knobs(driver.base_config, pol, bud, seqs, kv))
             except ValueError as exc:
-                _warn(f"the engine refused these knobs: {exc}")
+                _warn(f"{KNOBS_REFUSED}: {exc}")
                 return gr.skip()
             return gr.Button("Pause") if not driver.is_paused else gr.skip()
 
