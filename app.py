@@ -20,6 +20,7 @@ import uvicorn  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
 
 from engine import EngineConfig, LLMEngine  # noqa: E402
+from engine.config import MODEL_IMPLS  # noqa: E402
 from playground.api import register_api  # noqa: E402
 from playground.driver import STUCK_AFTER_S, EngineDriver  # noqa: E402
 from playground.limits import PublicLimits  # noqa: E402
@@ -44,6 +45,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-model-len", type=int, default=None)
     p.add_argument("--scheduling-policy", choices=["continuous", "static"], default=None)
     p.add_argument("--kv-backend", choices=["paged", "hf_cache"], default=None)
+    p.add_argument(
+        "--model-impl",
+        choices=list(MODEL_IMPLS),
+        default=None,
+        help="auto (default): the engine's fused forward for Llama-family models, else the "
+        "transformers modules",
+    )
     p.add_argument("--no-chunked-prefill", action="store_true")
     p.add_argument("--no-prefix-caching", action="store_true")
     p.add_argument(
@@ -92,6 +100,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
             "max_model_len",
             "scheduling_policy",
             "kv_backend",
+            "model_impl",
             "max_waiting",
         )
         if getattr(args, name) is not None

@@ -104,29 +104,30 @@ def _(query, key, value, layer_idx, scaling):
 
 
 def _paged_attention(query, key, value, layer_idx: int, scaling: float | None) -> torch.Tensor:
-    """(1, H, T, D) queries of the packed step -> (1, T, H, D) attention output."""
-    ctx = _context
-    k_cache, v_cache = ctx.kv_caches[layer_idx]
+    """(1, H, T, D) queries of the packed step, as transformers' layers give them: (1, T, H, D)."""
     q = query[0].transpose(0, 1)  # (T, H, D)
     k = key[0].transpose(0, 1)  # (T, Hkv, D)
     v = value[0].transpose(0, 1)
+    return packed_attention(q, k, v, layer_idx, scaling).unsqueeze(0)
+
+
+def packed_attention(q, k, v, layer_idx: int, scaling: float | None) -> torch.Tensor:
+    """One layer of the packed step: write this step's K/V into the pool, attend every
+    sequence over its own blocks. q (T, H, D), k and v (T, Hkv, D) -> (T, H, D)."""
+    ctx = _context
+    k_cache, v_cache = ctx.kv_caches[layer_idx]
     assert q.shape[0] == ctx.slot_mapping.shape[0], (q.shape, ctx.slot_mapping.shape)
-    num_heads, num_kv_heads, head_dim = q.shape[1], k.shape[1], q.shape[2]
+    num_tokens, num_heads, head_dim = q.shape
+    num_kv_heads = k.shape[1]
     k_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, ctx.slot_mapping, k.to(k_cache.dtype))
     v_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, ctx.slot_mapping, v.to(v_cache.dtype))
     group = num_heads // num_kv_heads
-    out = torch.empty_like(q)  # (T, H, D)
-
     k_buf, v_buf = ctx.gather_buffers
+    if len(ctx.decodes) == 1 and not ctx.prefills:  # all decodes in one SDPA: no output copy
+        return _decode(q, k_cache, v_cache, ctx.decodes[0], k_buf, v_buf, group, scaling)
+    out = q.new_empty(num_tokens, num_heads, head_dim)  # (T, H, D)
     for d in ctx.decodes:
-        b = d.end - d.start
-        # Query heads of one KV head stand in for the query length: one SDPA, no repeat_kv.
-        qd = q[d.start : d.end].reshape(b, num_kv_heads, group, head_dim)  # (B, Hkv, G, D)
-        kd = _gather(k_cache, d.blocks, k_buf)  # (B, Hkv, S, D), strided: one copy
-        vd = _gather(v_cache, d.blocks, v_buf)
-        od = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=d.mask, scale=scaling)
-        out[d.start : d.end] = od.reshape(b, num_heads, head_dim)
-
+        out[d.start : d.end] = _decode(q, k_cache, v_cache, d, k_buf, v_buf, group, scaling)
     for p in ctx.prefills:
         qp = q[p.start : p.end].transpose(0, 1).unsqueeze(0)  # (1, H, t, D)
         if p.context_blocks is None:  # no past: the chunk's own K/V
@@ -140,7 +141,18 @@ def _paged_attention(query, key, value, layer_idx: int, scaling: float | None) -
             qp, kp, vp, attn_mask=p.mask, is_causal=p.mask is None, scale=scaling, enable_gqa=True
         )  # (1, H, t, D)
         out[p.start : p.end] = op[0].transpose(0, 1)
-    return out.unsqueeze(0)
+    return out
+
+
+def _decode(q, k_cache, v_cache, d: DecodeGroup, k_buf, v_buf, group: int, scaling):
+    """One decode group's attention: (B, H, D) for queries d.start..d.end."""
+    b, num_heads, head_dim = d.end - d.start, q.shape[1], q.shape[2]
+    # Query heads of one KV head stand in for the query length: one SDPA, no repeat_kv.
+    qd = q[d.start : d.end].reshape(b, num_heads // group, group, head_dim)  # (B, Hkv, G, D)
+    kd = _gather(k_cache, d.blocks, k_buf)  # (B, Hkv, S, D), strided: one copy
+    vd = _gather(v_cache, d.blocks, v_buf)
+    od = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=d.mask, scale=scaling)
+    return od.reshape(b, num_heads, head_dim)
 
 
 def _gather(cache: torch.Tensor, blocks: torch.Tensor, buffer: torch.Tensor) -> torch.Tensor:

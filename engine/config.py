@@ -4,6 +4,7 @@ from dataclasses import dataclass, fields
 
 SCHEDULING_POLICIES = ("continuous", "static")
 KV_BACKENDS = ("paged", "hf_cache")
+MODEL_IMPLS = ("auto", "native", "transformers")
 
 
 @dataclass(slots=True)
@@ -19,6 +20,9 @@ class EngineConfig:
     enable_prefix_caching: bool = True  # reuse full KV blocks of identical prefixes
     max_waiting: int = 1024  # add_request refuses past this many waiting requests
     torch_compile: bool = False  # paged: the step's forward through torch.compile (slow start)
+    # paged: "native" = the engine's fused forward (Llama-family models), "transformers" = the
+    # model's own modules; "auto" = native where the family is supported and not compiling
+    model_impl: str = "auto"
 
     def __post_init__(self):
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_waiting"):
@@ -39,6 +43,13 @@ class EngineConfig:
             )
         if self.kv_backend not in KV_BACKENDS:
             raise ValueError(f"kv_backend must be one of {KV_BACKENDS}, got {self.kv_backend!r}")
+        if self.model_impl not in MODEL_IMPLS:
+            raise ValueError(f"model_impl must be one of {MODEL_IMPLS}, got {self.model_impl!r}")
+        if self.model_impl == "native" and self.torch_compile:
+            raise ValueError(
+                "model_impl='native' cannot be compiled: torch_compile=True compiles the "
+                "transformers modules (model_impl='transformers' or 'auto')"
+            )
         for name in ("enable_chunked_prefill", "enable_prefix_caching", "torch_compile"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")

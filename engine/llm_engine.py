@@ -16,6 +16,7 @@ from engine.detokenizer import IncrementalDetokenizer
 from engine.hf_cache_runner import HFCacheRunner
 from engine.inspection import build_snapshot, request_detail, request_output, request_state
 from engine.model_runner import ModelRunner, auto_num_kv_blocks
+from engine.native_model import unsupported_reason as native_unsupported_reason
 from engine.outputs import RequestOutput
 from engine.request_input import tokenize_prompt
 from engine.sampler import Sampler
@@ -51,11 +52,14 @@ class LLMEngine:
                 stacklevel=2,
             )
             backend = "hf_cache"
+        model_impl = _resolve_model_impl(config, backend, model)
         if backend == "paged":
             register()
             model.set_attn_implementation(ATTN_IMPLEMENTATION)
             num_blocks = config.num_kv_blocks or auto_num_kv_blocks(model, config.block_size)
-            self.runner = ModelRunner(model, config.block_size, num_blocks, config.torch_compile)
+            self.runner = ModelRunner(
+                model, config.block_size, num_blocks, config.torch_compile, model_impl
+            )
         else:  # the block manager only counts: each sequence's DynamicCache holds the K/V
             num_blocks = config.num_kv_blocks or config.max_num_seqs * -(
                 -max_model_len // config.block_size
@@ -69,6 +73,7 @@ class LLMEngine:
             max_model_len=max_model_len,
             enable_prefix_caching=config.enable_prefix_caching and backend == "paged",
             torch_compile=config.torch_compile and backend == "paged",
+            model_impl=model_impl,
         )  # resolved: what the engine really runs with
         self.block_manager = BlockManager(
             num_blocks, config.block_size, self.config.enable_prefix_caching
@@ -401,6 +406,22 @@ class LLMEngine:
             (g for g in self.finished if g.request_id == request_id), None
         )
         return None if group is None else request_detail(group, self.tokenizer)
+
+
+def _resolve_model_impl(config: EngineConfig, backend: str, model) -> str:
+    """What the runner will run, "native" or "transformers"; ValueError if "native" cannot."""
+    if config.model_impl == "transformers" or (
+        config.model_impl == "auto" and (backend != "paged" or config.torch_compile)
+    ):
+        return "transformers"
+    reason = native_unsupported_reason(model)
+    if config.model_impl == "native" and backend != "paged":
+        reason = f"kv_backend={backend!r} runs the transformers modules"
+    if reason is None:
+        return "native"
+    if config.model_impl == "native":
+        raise ValueError(f"model_impl='native' cannot serve this model: {reason}")
+    return "transformers"
 
 
 def _eos_token_ids(model, tokenizer) -> frozenset[int]:

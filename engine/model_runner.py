@@ -2,10 +2,11 @@
 
 Two runners share one interface, `execute(scheduled, blocks_to_copy) -> (logits, sampled)`:
 `ModelRunner` (kv_backend="paged") and `HFCacheRunner` (kv_backend="hf_cache", in
-hf_cache_runner.py), the simple per-sequence baseline kept for comparison. With
-`torch_compile` the paged runner's forward goes through torch.compile: one graph, compiled
-when the runner is made (a minute or two on a small CPU; later runners on the same model
-reuse it).
+hf_cache_runner.py), the simple per-sequence baseline kept for comparison. The paged runner's
+forward is the engine's own `NativeDecoder` (model_impl="native": fused, pre-packed
+projections) or the model's transformers modules (model_impl="transformers"), which is what
+torch_compile compiles: one graph, compiled when the runner is made (a minute or two on a
+small CPU; later runners on the same model reuse it).
 """
 
 import os
@@ -14,6 +15,7 @@ import torch
 import torch.fx.experimental._config as fx_config
 
 from engine.attention import AttentionContext, DecodeGroup, PrefillChunk, attention_context
+from engine.native_model import NativeDecoder
 from engine.scheduler import ScheduledSequence
 from engine.sequence import Sequence
 
@@ -81,7 +83,14 @@ def _compiled(model):
 
 
 class ModelRunner:
-    def __init__(self, model, block_size: int, num_blocks: int, torch_compile: bool = False):
+    def __init__(
+        self,
+        model,
+        block_size: int,
+        num_blocks: int,
+        torch_compile: bool = False,
+        model_impl: str = "transformers",
+    ):
         self.model = model
         self.block_size = block_size
         self.num_blocks = num_blocks
@@ -106,6 +115,7 @@ class ModelRunner:
         self._row_size = block_size * num_kv_heads * head_dim
         self._gather_buffers = self._new_gather_buffers(0)
         self.forward = model
+        self.native = NativeDecoder(model) if model_impl == "native" else None
         if torch_compile:
             self.forward = _compiled(model)
             self._warm_up()
@@ -156,6 +166,10 @@ class ModelRunner:
     def _forward(self, ctx: AttentionContext, input_ids, positions, keep) -> torch.Tensor:
         """The model over one packed step; the logits (len(keep), vocab) of tokens `keep`."""
         with attention_context(ctx):
+            if self.native is not None:
+                return self.native(
+                    self._tensor(input_ids), self._tensor(positions), self._tensor(keep)
+                )
             out = self.forward(
                 input_ids=self._tensor(input_ids).unsqueeze(0),  # (1, T)
                 position_ids=self._tensor(positions).unsqueeze(0),

@@ -1,0 +1,70 @@
+"""FusedLinear: one matmul for several `nn.Linear`s that read the same input, on fast kernels.
+
+q/k/v become one projection and gate/up another, as in vLLM's `QKVParallelLinear` and
+`MergedColumnParallelLinear`: one larger matmul streams the same weights with one call
+instead of three. On a CPU with oneDNN the fused weight is pre-packed once into oneDNN's
+blocked layout (`torch.ops.mkldnn._reorder_linear_weight`) and run by
+`torch.ops.mkldnn._linear_pointwise`, the pair inductor's CPU weight freezing emits; on these
+2 cores that halves an fp32 decode step's matmuls at batch 1 and nearly triples them at batch
+16-64 (bench/RESULTS.md). Elsewhere (CUDA, a torch without oneDNN, another dtype) the fused
+weight goes through plain `F.linear`. Both give the same numbers up to float rounding.
+"""
+
+import torch
+import torch.nn.functional as F
+
+PACKED_DTYPES = (torch.float32, torch.bfloat16)
+PACK_BATCH_HINT = 16  # rows oneDNN picks its blocked layout for; one layout serves every M
+
+
+def can_pack(weight: torch.Tensor) -> bool:
+    """Whether oneDNN's packed linear is there for this weight's device and dtype."""
+    return (
+        weight.device.type == "cpu"
+        and weight.dtype in PACKED_DTYPES
+        and torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    )
+
+
+class FusedLinear:
+    """`linears` side by side: y = x @ [W_0; W_1; ...]^T + [b_0; b_1; ...], one call.
+
+    The weights are copied (the model's own modules stay as they were, for `generate` and
+    the transformers path); `pack=False` keeps the copy for `F.linear`.
+    """
+
+    def __init__(self, linears: list[torch.nn.Linear], pack: bool = True):
+        with torch.no_grad():
+            weight = torch.cat([m.weight for m in linears]).contiguous()  # (out, in)
+            biases = [m.bias for m in linears]
+            if any(b is not None for b in biases):
+                biases = [torch.zeros(m.out_features) if b is None else b
+                          for m, b in zip(linears, biases, strict=True)]  # fmt: skip
+                bias = torch.cat(biases).to(weight)
+            else:
+                bias = None
+        self.out_features, self.in_features = weight.shape
+        self.sizes = [m.out_features for m in linears]  # how the output splits back
+        self.bias = bias
+        self.is_packed = pack and can_pack(weight)
+        if self.is_packed:
+            self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, PACK_BATCH_HINT)
+        else:
+            self.weight = weight
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """(T, in) -> (T, out)."""
+        if self.is_packed:
+            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+        return F.linear(x, self.weight, self.bias)
+
+    def add(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """residual + self(x), fused into the matmul in float32. In bfloat16 the fused add
+        would round once where transformers rounds twice (after the matmul, after the add),
+        and bf16 greedy output is checked against transformers', so it is not fused there."""
+        if self.is_packed and residual.dtype == torch.float32:
+            return torch.ops.mkldnn._linear_pointwise.binary(
+                x, residual, self.weight, self.bias, "add"
+            )
+        return residual + self(x)

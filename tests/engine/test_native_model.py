@@ -1,0 +1,115 @@
+"""NativeDecoder: the engine's own forward gives the transformers modules' logits."""
+
+import copy
+
+import pytest
+import torch
+from transformers import GemmaConfig, GemmaForCausalLM
+
+from engine import EngineConfig, LLMEngine, SamplingParams, linear
+from engine.attention import AttentionContext, DecodeGroup, PrefillChunk
+from engine.native_model import NativeDecoder, unsupported_reason
+from tests.engine.kit import TINY, TINY_ARCHS, GreedyChecker, make_engine, make_tiny_pair
+
+
+def _runner_logits(engine, prompt: list[int], extra: list[int]) -> torch.Tensor:
+    """Logits of a prefill of `prompt`, then one decode step per token of `extra`, through
+    the engine's runner forward (whichever implementation it runs)."""
+    runner, bs = engine.runner, engine.config.block_size
+    table = list(range(-(-(len(prompt) + len(extra)) // bs)))
+    slots = [table[p // bs] * bs + p % bs for p in range(len(prompt) + len(extra))]
+    rows = []
+    ctx = AttentionContext(
+        kv_caches=runner.kv_caches,
+        slot_mapping=torch.tensor(slots[: len(prompt)]),
+        decodes=[],
+        prefills=[PrefillChunk(0, len(prompt), None, len(prompt), None)],
+        gather_buffers=runner._new_gather_buffers(len(table)),
+    )
+    rows.append(runner._forward(ctx, prompt, list(range(len(prompt))), list(range(len(prompt)))))
+    for i, token in enumerate(extra):
+        pos = len(prompt) + i
+        nb = -(-(pos + 1) // bs)
+        ctx.slot_mapping = torch.tensor([slots[pos]])
+        ctx.prefills = []
+        mask = torch.zeros(1, 1, 1, nb * bs).masked_fill_(torch.arange(nb * bs) > pos, -torch.inf)
+        ctx.decodes = [DecodeGroup(0, 1, torch.tensor([table[:nb]]), mask)]
+        rows.append(runner._forward(ctx, [token], [pos], [0]))
+    return torch.cat(rows)
+
+
+@pytest.mark.parametrize("arch", list(TINY_ARCHS))
+@pytest.mark.parametrize("pack", [True, False])
+def test_native_logits_equal_the_transformers_modules(arch, pack, tokenizer, monkeypatch):
+    if not pack:  # the F.linear fallback (CUDA, a torch without oneDNN)
+        monkeypatch.setattr(linear, "can_pack", lambda weight: False)
+    model, reference = make_tiny_pair(arch)
+    engine = make_engine(model, tokenizer, model_impl="native")
+    assert engine.config.model_impl == "native"
+    assert engine.runner.native.is_packed == (pack and linear.can_pack(model.lm_head.weight))
+    prompt, extra = list(range(100, 117)), [5, 6, 7]
+    got = _runner_logits(engine, prompt, extra)
+    with torch.inference_mode():
+        want = reference(torch.tensor([prompt + extra])).logits[0, len(prompt) - 1 :]
+    torch.testing.assert_close(got[len(prompt) - 1 :], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("arch", list(TINY_ARCHS))
+def test_auto_picks_native_for_llama_family(arch, tokenizer):
+    model, _ = make_tiny_pair(arch)
+    assert unsupported_reason(model) is None
+    assert make_engine(model, tokenizer).config.model_impl == "native"
+    assert make_engine(model, tokenizer, model_impl="transformers").runner.native is None
+    assert make_engine(model, tokenizer, kv_backend="hf_cache").config.model_impl == (
+        "transformers"
+    )
+
+
+def _tiny_gemma():
+    config = GemmaConfig(**{**TINY, "head_dim": 16})
+    torch.manual_seed(0)
+    model = GemmaForCausalLM(copy.deepcopy(config)).eval()
+    reference = GemmaForCausalLM(copy.deepcopy(config)).eval()
+    reference.load_state_dict(model.state_dict())
+    return model, reference
+
+
+def test_other_families_keep_the_transformers_modules(tokenizer):
+    """Gemma's norm is (1 + w) and its embedding is scaled: not the native forward's maths, so
+    "auto" serves it with transformers' modules, still exactly."""
+    model, reference = _tiny_gemma()
+    assert "gemma" in unsupported_reason(model)
+    engine = make_engine(model, tokenizer)
+    assert engine.config.model_impl == "transformers" and engine.runner.native is None
+    params = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
+    prompt = tokenizer.encode("The paged KV cache")
+    out = engine.generate([prompt], params)[0]
+    checker = GreedyChecker(reference)
+    checker.check(prompt, out.token_ids, 8)
+    with pytest.raises(ValueError, match="model_impl='native' cannot serve this model"):
+        make_engine(model, tokenizer, model_impl="native")
+
+
+def test_native_refuses_what_it_cannot_run(tokenizer):
+    model, _ = _tiny_gemma()
+    with pytest.raises(ValueError, match="native forward cannot run GemmaForCausalLM"):
+        NativeDecoder(model)
+    llama, _ = make_tiny_pair("llama")
+    with pytest.raises(ValueError, match="kv_backend='hf_cache'"):
+        make_engine(llama, tokenizer, kv_backend="hf_cache", model_impl="native")
+
+
+def test_model_impl_is_validated():
+    with pytest.raises(ValueError, match="model_impl must be one of"):
+        EngineConfig(model_impl="vllm")
+    with pytest.raises(ValueError, match="model_impl='native' cannot be compiled"):
+        EngineConfig(model_impl="native", torch_compile=True)
+    assert EngineConfig(torch_compile=True).model_impl == "auto"
+
+
+def test_the_model_object_is_untouched(tokenizer):
+    """The native forward copies weights; the model's own modules still run `generate`."""
+    model, reference = make_tiny_pair("llama")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    LLMEngine(model, tokenizer, EngineConfig(num_kv_blocks=32, block_size=4))
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
