@@ -31,12 +31,14 @@ class Sampler:
     ) -> list[tuple[int, dict[int, Logprob] | None]]:
         """Pick one token per row of `logits` (num_seqs, vocab) for the matching sequence."""
         assert logits.shape[0] == len(seqs), (logits.shape, len(seqs))
-        logits = logits.float().cpu().clone()  # (num_seqs, vocab); penalties write in place
-        for i, seq in enumerate(seqs):
-            if seq.params.repetition_penalty != 1.0:
-                apply_repetition_penalty(
-                    logits[i], seq.all_token_ids, seq.params.repetition_penalty
-                )
+        logits = logits.float().cpu()  # (num_seqs, vocab)
+        penalized = [i for i, s in enumerate(seqs) if s.params.repetition_penalty != 1.0]
+        if penalized:
+            logits = logits.clone()  # penalties write in place; the runner's logits stay
+        for i in penalized:
+            apply_repetition_penalty(
+                logits[i], seqs[i].all_token_ids, seqs[i].params.repetition_penalty
+            )
         token_ids = logits.argmax(dim=-1)  # greedy rows are done
         rows = [i for i, s in enumerate(seqs) if not s.params.is_greedy]
         if rows:
