@@ -21,8 +21,10 @@
 # Writes to $OUT (else bench/out): env.txt, pytest.log, bench.log, gpu_check.json and
 # gpu_check.md (the table, rewritten after every row). Exit status: non-zero when a part failed.
 #
-# DEVICE=cpu bench/gpu_check.sh: a dry run of every part on the CPU with a 2-layer model and
-# small sizes (a few minutes on 2 cores). PYTHON=... picks the interpreter.
+# Arguments go on to bench/gpu_check.py (e.g. `--models smollm2-135m --budget-s 120`; keep
+# --budget-s under 270 s). DEVICE=cpu bench/gpu_check.sh: a dry run of every part on the CPU
+# with a 2-layer model and small sizes (under a minute on 2 idle cores). PYTHON=... picks the
+# interpreter.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/out}
@@ -49,13 +51,22 @@ print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torc
 } 2>&1 | tee "$OUT/env.txt"
 
 status=0
-echo "== correctness: pytest -m cuda"
-CUDA_TESTS_DEVICE=$DEVICE timeout 180 "$PYTHON" -m pytest -m cuda -q -rA -s \
-    -p no:cacheprovider tests/engine/test_cuda.py 2>&1 | tee "$OUT/pytest.log" || status=1
+part() {  # part NAME BOX_S LOG COMMAND...: run COMMAND under a time box, log it, note a failure
+    local name=$1 box=$2 log=$3
+    shift 3
+    echo "== $name (box $box s)"
+    timeout "$box" "$@" 2>&1 | tee "$OUT/$log"
+    local rc=${PIPESTATUS[0]}
+    if [ "$rc" != 0 ]; then
+        echo "== $name: exit status $rc$([ "$rc" = 124 ] && echo ', past its time box')"
+        status=1
+    fi
+}
 
-echo "== throughput: bench/gpu_check.py"
-timeout 270 "$PYTHON" bench/gpu_check.py --out "$OUT" --budget-s 240 "${BENCH_ARGS[@]}" 2>&1 \
-    | tee "$OUT/bench.log" || status=1
+part "correctness: pytest -m cuda" 180 pytest.log env CUDA_TESTS_DEVICE="$DEVICE" \
+    "$PYTHON" -m pytest -m cuda -q -rA -s -p no:cacheprovider tests/engine/test_cuda.py
+part "throughput: bench/gpu_check.py" 270 bench.log \
+    "$PYTHON" bench/gpu_check.py --out "$OUT" --budget-s 240 "${BENCH_ARGS[@]}" "$@"
 
 echo "== done (status $status): $OUT"
 exit $status
