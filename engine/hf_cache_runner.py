@@ -4,6 +4,7 @@ any model transformers can run, so it is also the fallback for models paged atte
 """
 
 import copy
+import inspect
 
 import torch
 from transformers import DynamicCache
@@ -16,6 +17,9 @@ class HFCacheRunner:
     def __init__(self, model):
         self.model = model
         self.device = next(model.parameters()).device
+        # transformers 5.24 names the forward's cache argument `cache`; 5.17 `past_key_values`
+        forward_args = inspect.signature(model.forward).parameters
+        self.cache_arg = "cache" if "cache" in forward_args else "past_key_values"
         self.caches: dict[int, DynamicCache] = {}  # seq_id -> its own cache
         # Sequences whose cache a failed step dropped instead of rolling back (a layer that
         # cannot be cropped): their next forward recomputes all their computed tokens.
@@ -46,8 +50,8 @@ class HFCacheRunner:
                 ids = torch.tensor([seq.all_token_ids[first:end]], device=self.device)  # (1, t)
                 positions = torch.arange(first, end, device=self.device).unsqueeze(0)
                 out = self.model(
-                    input_ids=ids, position_ids=positions, cache=cache, use_cache=True,
-                    logits_to_keep=1,
+                    input_ids=ids, position_ids=positions, use_cache=True, logits_to_keep=1,
+                    **{self.cache_arg: cache},
                 )  # fmt: skip
                 self.to_rebuild.discard(seq.seq_id)
                 if s.samples:

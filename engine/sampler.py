@@ -31,6 +31,10 @@ class Sampler:
     ) -> list[tuple[int, dict[int, Logprob] | None]]:
         """Pick one token per row of `logits` (num_seqs, vocab) for the matching sequence."""
         assert logits.shape[0] == len(seqs), (logits.shape, len(seqs))
+        if all(_is_plain_greedy(s.params) for s in seqs):
+            # Argmax where the logits are: on a GPU only the ids cross to the host, not the
+            # whole (num_seqs, vocab) block (131 MB a step for 256 rows of a 128k vocabulary).
+            return [(t, None) for t in logits.argmax(dim=-1).tolist()]
         logits = logits.float().cpu()  # (num_seqs, vocab)
         penalized = [i for i, s in enumerate(seqs) if s.params.repetition_penalty != 1.0]
         if penalized:
@@ -78,6 +82,10 @@ class Sampler:
 
     def _piece(self, token_id: int) -> str:
         return self.tokenizer.decode([token_id])
+
+
+def _is_plain_greedy(params) -> bool:
+    return params.is_greedy and params.repetition_penalty == 1.0 and params.logprobs is None
 
 
 def filtered_probs(logits: torch.Tensor, params: list) -> torch.Tensor:

@@ -1,10 +1,25 @@
-"""Fixtures shared by the whole suite."""
+"""Fixtures shared by the whole suite, and the `cuda` marker's deselection."""
+
+import os
 
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from engine.loader import load_model
+
+CUDA_TESTS_DEVICE = os.environ.get("CUDA_TESTS_DEVICE", "cuda")  # "cpu": a dry run of them
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `cuda` need a CUDA device: without one they are deselected, not skipped
+    (CUDA_TESTS_DEVICE=cpu runs them on the CPU instead, on smaller models)."""
+    if CUDA_TESTS_DEVICE != "cuda" or torch.cuda.is_available():
+        return
+    deselected = [item for item in items if item.get_closest_marker("cuda")]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if not item.get_closest_marker("cuda")]
 
 
 @pytest.fixture(scope="session")
