@@ -1,6 +1,7 @@
 """A small vLLM-style inference engine: continuous batching over a paged KV cache."""
 
 from engine.config import EngineConfig
+from engine.inspection import RequestDetail, SequenceDetail
 from engine.llm_engine import LLMEngine, QueueFullError
 from engine.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
 from engine.sampling_params import SamplingParams
@@ -14,9 +15,11 @@ __all__ = [
     "LLMEngine",
     "Logprob",
     "QueueFullError",
+    "RequestDetail",
     "RequestMetrics",
     "RequestOutput",
     "SamplingParams",
+    "SequenceDetail",
     "SequenceStatus",
     "StepRecord",
     "StopReason",

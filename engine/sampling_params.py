@@ -3,6 +3,8 @@
 import math
 from dataclasses import dataclass, field
 
+from engine.validation import check_int
+
 MAX_STOP_STRINGS = 64  # each one is searched in every new piece of text
 MAX_STOP_STRING_LEN = 256
 MAX_N = 16
@@ -31,9 +33,9 @@ class SamplingParams:
     def __post_init__(self):
         self.stop = [self.stop] if isinstance(self.stop, str) else _as_list("stop", self.stop)
         self.stop_token_ids = _as_list("stop_token_ids", self.stop_token_ids)
-        _check_int("max_tokens", self.max_tokens, 1, MAX_TOKENS)
+        check_int("max_tokens", self.max_tokens, 1, MAX_TOKENS)
         _check_float("temperature", self.temperature, 0.0, None, "in [0, inf)")
-        _check_int("top_k", self.top_k, 0)
+        check_int("top_k", self.top_k, 0)
         _check_float("top_p", self.top_p, 0.0, 1.0, "in (0, 1]")
         if self.top_p == 0.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
@@ -52,15 +54,15 @@ class SamplingParams:
                     f"characters, got {s!r:.80}"
                 )
         for t in self.stop_token_ids:
-            _check_int("stop_token_ids", t, 0)
+            check_int("stop_token_ids", t, 0)
         for name in ("ignore_eos", "include_stop_str_in_output"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
-        _check_int("n", self.n, 1, MAX_N)
+        check_int("n", self.n, 1, MAX_N)
         if self.seed is not None:
-            _check_int("seed", self.seed, 0, 2**63 - 1)
+            check_int("seed", self.seed, 0, 2**63 - 1)
         if self.logprobs is not None:
-            _check_int("logprobs", self.logprobs, 0, MAX_LOGPROBS)
+            check_int("logprobs", self.logprobs, 0, MAX_LOGPROBS)
         if self.timeout_s is not None:
             _check_float("timeout_s", self.timeout_s, 0.0, None, "> 0")
             if self.timeout_s == 0.0:
@@ -69,13 +71,6 @@ class SamplingParams:
     @property
     def is_greedy(self) -> bool:
         return self.temperature < GREEDY_BELOW  # tinier ones overflow logits / temperature
-
-
-def _check_int(name: str, value, low: int, high: int | None = None) -> None:
-    ok = isinstance(value, int) and not isinstance(value, bool) and value >= low
-    if not ok or (high is not None and value > high):
-        rng = f"in [{low}, {high}]" if high is not None else f">= {low}"
-        raise ValueError(f"{name} must be an integer {rng}, got {value!r}")
 
 
 def _check_float(name: str, value, low: float, high: float | None, rng: str) -> None:

@@ -25,8 +25,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
 from functools import partial
 
-from engine import EngineConfig, LLMEngine, RequestOutput, StopReason
-from engine.telemetry import EngineSnapshot, RequestDetail
+from engine import EngineConfig, EngineSnapshot, LLMEngine, RequestDetail, RequestOutput, StopReason
 from playground.board import BoardState, LaneStats
 from playground.lanes import Lane
 from playground.limits import PublicLimits
@@ -236,12 +235,6 @@ class EngineDriver:
         """
         self._call(lambda: self._reset(config, compare, workload), wait=True, timeout=timeout)
 
-    def stop_workload(self) -> None:
-        def run():
-            self._workload = None
-
-        self._call(run, wait=False)
-
     @property
     def config(self) -> EngineConfig:
         return self._lanes[0].engine.config
@@ -391,7 +384,7 @@ class EngineDriver:
             self._drain_inbox()
             stepping = not self._paused or self._pending_steps > 0
             if self._workload is not None and stepping:
-                self._workload.tick(self.clock(), self._submit_from_workload, self._abort)
+                self._workload.tick(self.clock(), self._submit_from_workload)
             has_work = any(lane.engine.has_unfinished_requests() for lane in self._lanes)
             if not (stepping and has_work):
                 with self._cond:

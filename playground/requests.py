@@ -27,12 +27,6 @@ class RequestHandle:
             raise item
         return item
 
-    def get_nowait(self) -> RequestOutput | None:
-        try:
-            return self.get(timeout=0) if not self._queue.empty() else None
-        except queue.Empty:
-            return None
-
     def __iter__(self):
         while True:
             out = self.get()

@@ -2,8 +2,7 @@
 
 from dataclasses import replace
 
-from engine import Logprob
-from engine.telemetry import RequestDetail, SequenceDetail
+from engine import Logprob, RequestDetail, SequenceDetail
 from playground import cards
 from playground.board import LaneStats
 from playground.inspector import render_inspector
