@@ -7,11 +7,13 @@ from engine.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOut
 from engine.sampling_params import SamplingParams
 from engine.sequence import SequenceStatus, StopReason
 from engine.telemetry import EngineSnapshot, StepRecord
+from engine.validation import FieldError
 
 __all__ = [
     "CompletionOutput",
     "EngineConfig",
     "EngineSnapshot",
+    "FieldError",
     "LLMEngine",
     "Logprob",
     "QueueFullError",
