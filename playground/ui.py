@@ -14,9 +14,8 @@ from pathlib import Path
 import gradio as gr
 from gradio.components.plot import PlotData
 
-from engine import EngineConfig, SamplingParams
-from engine.request_input import tokenize_prompt
-from playground import cards
+from engine import EngineConfig
+from playground import cards, public
 from playground.audience import Audience
 from playground.driver import EngineDriver, RequestRejected
 from playground.inspector import render_inspector
@@ -43,14 +42,6 @@ step the scheduler picks which sequences run and how many of their tokens fit th
 does <b>one</b> forward pass for all of them over a paged KV cache. Nothing here is animated:
 the charts are measured from real model forwards.</p></div>
 """
-
-
-def _submit_public(driver: EngineDriver, messages: list[dict], params, owner: str):
-    """A visitor's request, within the public limits (LimitExceeded names the field)."""
-    _, token_ids = tokenize_prompt(driver.tokenizer, messages)
-    params = driver.limits.check(params, len(token_ids))
-    limit = driver.limits.max_in_flight
-    return driver.submit(messages, params, owner=owner, max_in_flight=limit, wait=True, timeout=30)
 
 
 def _scenario_knobs(driver: EngineDriver, sc: Scenario) -> list:
@@ -299,7 +290,7 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
             if not text or not text.strip():
                 return gr.skip(), "Type a prompt first."
             try:
-                params = SamplingParams(
+                params = public.sampling_params(
                     max_tokens=int(mt),
                     temperature=float(temp),
                     top_p=float(tp),
@@ -308,8 +299,7 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
                     stop=[s for s in (stop_text or "").split("|") if s],
                     logprobs=5 if lp else None,
                 )
-                messages = [{"role": "user", "content": text}]
-                handle = _submit_public(driver, messages, params, me)
+                handle = public.submit_text(driver, text, params, me)
             except (RequestRejected, ValueError) as exc:
                 return gr.skip(), _warn(f"Refused: {exc}")
             return "", f"Sent as **{cards.esc(handle.request_id)}**: it streams into your card."
@@ -342,9 +332,10 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
 
         def generate(prompt: str, max_tokens: int = 64, temperature: float = 0.7) -> str:
             """Text in, text out: the prompt (as a user turn) joins the board's batch."""
-            params = SamplingParams(max_tokens=int(max_tokens), temperature=float(temperature))
-            messages = [{"role": "user", "content": prompt}]
-            handle = _submit_public(driver, messages, params, "gradio_client")
+            params = public.sampling_params(
+                max_tokens=int(max_tokens), temperature=float(temperature)
+            )
+            handle = public.submit_text(driver, prompt, params, "gradio_client")
             return handle.result(timeout=600).text
 
         def leave(request: gr.Request):
