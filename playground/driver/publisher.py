@@ -54,7 +54,7 @@ class Publisher:
         now = time.monotonic()
         if not force and (not self.dirty or now - self._last < PUBLISH_INTERVAL):
             return
-        inspect = lanes.first.engine.inspect
+        inspect = lanes.first.engine.inspect  # the lanes of this moment
         for rid in self._stale & self._watched.keys():
             self._refresh(rid, inspect)
         self._stale.clear()
