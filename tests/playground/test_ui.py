@@ -154,7 +154,7 @@ def test_the_timer_slows_down_while_many_sessions_watch(driver):
 
     def interval(session: str, every: float):  # the timer output of one tick
         out = tick(-1, -1, 0.0, None, every, gr.Request(session_hash=session))
-        return out[4]
+        return out.timer
 
     assert interval("s0", TICK_S) == gr.skip()  # one watcher: the timer is left as it is
     assert interval("s0", 1.0) == TICK_S  # a slowed-down timer is set back
@@ -168,6 +168,6 @@ def test_the_watchdog_banner_is_sent_only_when_it_can_have_changed(driver):
     tick = next(f.fn for f in demo.fns.values() if f.name == "tick")
     request = gr.Request(session_hash="a")
     first = tick(-1, -1, 0.0, None, TICK_S, request)
-    assert first[5] == ""  # a new board version: the (empty) banner comes with it
-    version = first[0]
-    assert tick(version, version, 0.0, None, TICK_S, request)[5] == gr.skip()
+    assert first.alert == ""  # a new board version: the (empty) banner comes with it
+    version = first.version
+    assert tick(version, version, 0.0, None, TICK_S, request).alert == gr.skip()
