@@ -3,9 +3,10 @@
 `GET /v1/models`, `POST /v1/completions` and `POST /v1/chat/completions` (streamed as
 server-sent events with `stream: true`, ending with `data: [DONE]`). Every request goes
 through the shared EngineDriver with owner "api:<client>" (a hash of the client's address,
-never the address itself), so it shows on the board like a simulated user. The public
-limits (playground/limits.py: prompt tokens, max_tokens, n, requests in flight per client)
-apply: 400 past a size limit, 429 past the in-flight or waiting limit.
+never the address itself), so it shows on the board like a simulated user. It comes in
+through the public door (playground/public.py), as a visitor of the board does: the limits
+(prompt tokens, max_tokens, n, requests in flight per client) apply, 400 past a size limit,
+429 past the in-flight or waiting limit, `param` naming the field in the API's words.
 
 Field mapping, error shapes and finish reasons are listed in README.md ("Use it from your
 own client"). `register_api` also adds `GET /metrics` (playground/metrics.py); the wire
@@ -117,8 +118,7 @@ async def _serve(request: Request, body_cls, ready, check_model):
             job = await asyncio.to_thread(_prepare, d, body, model)
             handle = await asyncio.to_thread(_submit, d, job, client_owner(request))
         except RequestRejected as exc:
-            chat = isinstance(body, ChatCompletionRequest)
-            raise _refusal(exc, chat, body, d.config.max_waiting) from None
+            raise _refusal(exc, body, d.config.max_waiting) from None
     except APIError as exc:
         return exc.response()
     except Exception as exc:  # a bug, not the client's fault: still answer in OpenAI's shape
@@ -168,7 +168,7 @@ def _prepare(d: EngineDriver, body: RequestBody, model: str) -> CompletionJob:
     room = max_model_len - len(token_ids)
     too_long = "context_length_exceeded"
     if room < 1:
-        prompt_param = _param("prompt", chat, body)
+        prompt_param = _param("prompt", body)
         message = (
             f"{prompt_param} has {len(token_ids)} tokens; this model's context is "
             f"{max_model_len} tokens, and at least one must be left to generate"
@@ -178,7 +178,7 @@ def _prepare(d: EngineDriver, body: RequestBody, model: str) -> CompletionJob:
     if max_tokens is None:
         max_tokens = min(room, d.limits.max_tokens) if chat else COMPLETIONS_MAX_TOKENS
     if max_tokens > room:
-        max_param = _param("max_tokens", chat, body)
+        max_param = _param("max_tokens", body)
         message = (
             f"{max_param} is {max_tokens}, but the prompt has {len(token_ids)} tokens and the "
             f"context is {max_model_len}: at most {room} can be generated"
@@ -207,8 +207,9 @@ def _prepare(d: EngineDriver, body: RequestBody, model: str) -> CompletionJob:
                          body.include_usage, int(time.time()))  # fmt: skip
 
 
-def _param(field: str, chat: bool, body: RequestBody) -> str:
+def _param(field: str, body: RequestBody) -> str:
     """The API's name of a SamplingParams field or of the prompt."""
+    chat = isinstance(body, ChatCompletionRequest)
     if field == "prompt":
         return "messages" if chat else "prompt"
     if field == "max_tokens" and chat and body.max_completion_tokens:
@@ -218,11 +219,11 @@ def _param(field: str, chat: bool, body: RequestBody) -> str:
     return field
 
 
-def _refusal(exc: RequestRejected, chat: bool, body: RequestBody, max_waiting: int) -> APIError:
+def _refusal(exc: RequestRejected, body: RequestBody, max_waiting: int) -> APIError:
     """A refusal of the public door in OpenAI's shape, `param` in the API's words."""
     if exc.code == "queue_full":
         return queue_full(max_waiting)
-    param = _param(exc.field, chat, body)
+    param = _param(exc.field, body)
     if isinstance(exc, LimitExceeded):
         kind = "rate_limit_error" if exc.status == 429 else None
         message = f"{param}: {exc.message}"

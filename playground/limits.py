@@ -58,10 +58,12 @@ class PublicLimits:
             params = replace(params, timeout_s=float(self.default_timeout_s))
         return params
 
-    def in_flight_error(self, in_flight: int) -> LimitExceeded:
-        return LimitExceeded(
-            "requests",
-            f"you already have {in_flight} unfinished (at most {self.max_in_flight} at a time); "
-            "wait for one to finish or cancel it",
-            status=429,
-        )
+
+def in_flight_error(in_flight: int, max_in_flight: int) -> LimitExceeded:
+    """The refusal of one request too many in flight (HTTP 429)."""
+    return LimitExceeded(
+        "requests",
+        f"you already have {in_flight} unfinished (at most {max_in_flight} at a time); "
+        "wait for one to finish or cancel it",
+        status=429,
+    )

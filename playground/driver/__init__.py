@@ -48,7 +48,7 @@ class EngineDriver:
         self.base_config = base_config or engine.config  # what reset() starts from
         self.limits = limits or PublicLimits()  # for the public doors (playground/public.py)
         factory = engine_factory or (lambda cfg: LLMEngine(self.model, self.tokenizer, cfg))
-        self._loop = DriverLoop(engine, factory, pace, self.limits, stuck_after_s)
+        self._loop = DriverLoop(engine, factory, pace, stuck_after_s)
         self._inbox = self._loop.inbox
         self._thread = threading.Thread(target=self._loop.run, name="engine-driver", daemon=True)
         self._inbox.thread = self._thread

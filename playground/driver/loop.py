@@ -17,7 +17,7 @@ from playground.driver.lanes import MAIN_LANE, Lane, Lanes
 from playground.driver.publisher import Publisher
 from playground.driver.streams import Streams
 from playground.driver.watchdog import Watchdog
-from playground.limits import PublicLimits
+from playground.limits import in_flight_error
 from playground.requests import Ledger, RequestRecord, RequestRejected, final_output, preview
 
 IDLE_WAIT = 0.05  # s between looks at the inbox when there is nothing to step
@@ -25,9 +25,8 @@ ERROR_BACKOFF = 0.1  # s after a failed step, so a broken engine does not spin
 
 
 class DriverLoop:
-    def __init__(self, engine: LLMEngine, factory, pace, limits: PublicLimits, stuck_after_s):
+    def __init__(self, engine: LLMEngine, factory, pace, stuck_after_s: float):
         self.factory = factory  # EngineConfig -> LLMEngine, for reset()
-        self.limits = limits
         self.inbox, self.steps, self.stop = Inbox(), StepCounter(), threading.Event()
         self.watchdog = Watchdog(stuck_after_s, self.stop)
         self.lanes = Lanes([Lane(MAIN_LANE, engine)])
@@ -57,7 +56,7 @@ class DriverLoop:
         try:
             mine = len(self.ledger.live_of(owner)) if max_in_flight is not None else 0
             if max_in_flight is not None and mine >= max_in_flight:
-                raise self.limits.in_flight_error(mine)
+                raise in_flight_error(mine, max_in_flight)
             self.lanes.add(rid, prompt, params, priority)
         except Exception as exc:
             error = exc if isinstance(exc, RequestRejected) else RequestRejected.from_engine(exc)

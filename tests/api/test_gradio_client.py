@@ -5,7 +5,7 @@ import re
 import pytest
 from gradio_client import Client
 
-from tests.api.kit import wait_for
+from tests.api.server import wait_for
 
 GENERATE_ENDPOINT = "/generate"  # expected: prompt (+ max_tokens, ...) in, generated text out
 

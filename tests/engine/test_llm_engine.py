@@ -5,7 +5,8 @@ import torch
 from transformers import MistralConfig, MistralForCausalLM
 
 from engine import LLMEngine, SamplingParams, SequenceStatus, StopReason
-from tests.engine.kit import TINY, GreedyChecker, assert_no_leak, make_engine, run_staggered
+from tests.engine.checks import GreedyChecker, assert_no_leak, run_staggered
+from tests.tiny_models import TINY, make_engine
 
 GREEDY = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
 

@@ -4,7 +4,8 @@ failures; nothing lost, nothing leaked, and only the poisoned requests end with 
 import random
 
 from engine import SamplingParams, StopReason
-from tests.engine.kit import GreedyChecker, assert_no_leak, make_engine
+from tests.engine.checks import GreedyChecker, assert_no_leak
+from tests.tiny_models import make_engine
 
 NUM_REQUESTS = 1000
 POISON = 777  # a token id whose presence in a forward makes the wrapped model raise

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from engine import EngineConfig, StopReason
-from playground.scenarios import SCENARIOS
+from playground.scenarios import SCENARIOS, Scenario
 from playground.users import (
     AllAtOnce,
     Bursts,
@@ -235,3 +235,12 @@ def test_continuous_finishes_the_static_vs_continuous_work_sooner(make_engine):
     generated = static.snapshot().totals.num_generated_tokens
     assert generated < 0.8 * work, (generated, work, n)  # fewer tokens per step
     assert static.snapshot().num_finished < cont.snapshot().num_finished
+
+
+def test_a_preset_knob_must_be_an_engine_config_field():
+    with pytest.raises(ValueError, match="engine_overrides: 'kv_blocks'"):
+        Scenario("x", "X", "", UserProfile("a", "#000"), engine_overrides={"kv_blocks": 8})
+    base = EngineConfig(max_num_seqs=4, max_num_batched_tokens=64)
+    cfg = SCENARIOS["kv_pressure"].engine_config(base)
+    assert (cfg.num_kv_blocks, cfg.max_num_seqs, cfg.block_size) == (40, 8, 16)
+    assert base.num_kv_blocks is None  # the base is left as it was
