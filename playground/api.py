@@ -228,7 +228,7 @@ def _refusal(exc: RequestRejected, body: RequestBody, max_waiting: int) -> APIEr
         kind = "rate_limit_error" if exc.status == 429 else None
         message = f"{param}: {exc.message}"
         return APIError(exc.status, message, param=param, code="limit_exceeded", type=kind)
-    message = str(exc) if str(exc).startswith(param) else f"{param}: {exc}"
+    message = str(exc) if param == exc.field else f"{param}: {exc}"  # the API's name first
     return APIError(exc.status, message, param=param)
 
 
