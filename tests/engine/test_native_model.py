@@ -9,7 +9,8 @@ from transformers import GemmaConfig, GemmaForCausalLM
 from engine import EngineConfig, LLMEngine, SamplingParams, linear
 from engine.attention import AttentionContext, DecodeGroup, PrefillChunk
 from engine.native_model import NativeDecoder, unsupported_reason
-from tests.engine.kit import TINY, TINY_ARCHS, GreedyChecker, make_engine, make_tiny_pair
+from tests.engine.checks import GreedyChecker
+from tests.tiny_models import TINY, TINY_ARCHS, make_engine, make_tiny_pair
 
 
 def _runner_logits(engine, prompt: list[int], extra: list[int]) -> torch.Tensor:
