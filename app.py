@@ -166,9 +166,7 @@ def main(argv=None) -> None:
         engine, pace=args.pace, base_config=config, limits=limits, stuck_after_s=args.stuck_after
     )
     if args.scenario:
-        sc = SCENARIOS[args.scenario]
-        cfg = EngineConfig(**{**_fields(config), **sc.engine_overrides})
-        driver.reset(cfg, compare=sc.compare, workload=sc.workload())
+        SCENARIOS[args.scenario].start(driver)
     server = _Server(uvicorn.Config(create_app(driver), host=host, port=port, log_level="warning"))
     server.banner = (
         f"Playground ready at http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"

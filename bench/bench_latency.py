@@ -24,7 +24,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import LogitsProcessorList  # noqa: E402
 
-from bench.bench_throughput import StepTimes, greedy_config, machine_info  # noqa: E402
+from bench.common import StepTimes, greedy_config, machine_info  # noqa: E402
 from bench.workload import corpus_token_ids  # noqa: E402
 from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 from engine.loader import load_model  # noqa: E402

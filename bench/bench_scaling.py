@@ -25,7 +25,7 @@ if str(ROOT) not in sys.path:  # `python bench/bench_scaling.py` from the repo r
 import plotly.graph_objects as go  # noqa: E402
 from plotly.subplots import make_subplots  # noqa: E402
 
-from bench.bench_throughput import machine_info  # noqa: E402
+from bench.common import machine_info  # noqa: E402
 from bench.workload import make_workload  # noqa: E402
 from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 from engine.loader import load_model  # noqa: E402

@@ -16,7 +16,8 @@ tokens / wall time from the workload start to the last token. TTFT = first token
 start; TPOT = (last token - first token) / (tokens - 1), per request, for every system (for
 the transformers systems the time of each decoding step is taken by a logits processor or
 transformers' own per-token timestamps). --check compares every system's tokens with
-`generate` one by one under DESIGN.md's correctness criterion (exact, near-tie, mismatch).
+`generate` one by one under the correctness criterion of docs/ARCHITECTURE.md (exact,
+near-tie, mismatch).
 
     python bench/bench_throughput.py --check                 # the full run (tens of minutes)
     python bench/bench_throughput.py --quick --check         # a smoke run
@@ -26,7 +27,6 @@ import argparse
 import gc
 import json
 import os
-import platform
 import random
 import sys
 import time
@@ -39,9 +39,10 @@ if str(ROOT) not in sys.path:  # `python bench/bench_throughput.py` from the rep
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList  # noqa: E402
+from transformers import LogitsProcessorList  # noqa: E402
 from transformers.generation.configuration_utils import ContinuousBatchingConfig  # noqa: E402
 
+from bench.common import StepTimes, classify, greedy_config, machine_info  # noqa: E402
 from bench.workload import describe, make_workload  # noqa: E402
 from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 from engine.loader import load_model  # noqa: E402
@@ -59,7 +60,6 @@ SYSTEMS = {  # name -> table label
 BASELINE = "engine_continuous"  # the numerator of the ratios
 REFERENCE = "hf_generate"  # the correctness reference
 OVERHEAD_MIN_SEQS = 28  # "about 32 running sequences" for the per-step overhead
-NEAR_TIE = 1e-3  # DESIGN.md: reference top-2 logits at most this far apart
 
 
 @dataclass
@@ -197,26 +197,6 @@ def step_overhead(records) -> dict:
 
 
 # -- transformers `generate` --------------------------------------------------------------------
-class StepTimes(LogitsProcessor):
-    """Records when each decoding step's logits are ready (that step's token is then chosen)."""
-
-    def __init__(self):
-        self.times: list[float] = []
-
-    def __call__(self, input_ids, scores):
-        self.times.append(time.perf_counter())
-        return scores
-
-
-def greedy_config(max_new_tokens: int, pad_token_id: int) -> GenerationConfig:
-    # eos_token_id=-1: never stop early (ignore_eos) without touching the EOS logit, as
-    # min_new_tokens would. The attention mask is always passed explicitly, because
-    # transformers infers one from pad tokens when pad != eos, and the pad is a real token here.
-    return GenerationConfig(
-        max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=-1, pad_token_id=pad_token_id
-    )
-
-
 @torch.inference_mode()
 def generate_batch_padded(model, tokenizer, batch, start: float):
     """`generate` on `batch` (list of (prompt, max_tokens)), left padded to one tensor.
@@ -317,23 +297,6 @@ def _run_cb(model, workload, gen_config, cb_config):
 
 
 # -- correctness --------------------------------------------------------------------------------
-@torch.inference_mode()
-def classify(model, prompt: list[int], ref: list[int], got: list[int]) -> str:
-    """DESIGN.md's criterion: "exact", "near_tie" or "mismatch" (a length mismatch too)."""
-    if got == ref:
-        return "exact"
-    k = next((i for i, (a, b) in enumerate(zip(ref, got, strict=False)) if a != b), None)
-    if k is None:
-        return "mismatch"  # one is a prefix of the other: wrong length
-    ids = torch.tensor([prompt + ref[:k]])
-    logits = model(input_ids=ids, use_cache=False, logits_to_keep=1).logits[0, -1].float()
-    top = logits.topk(2)
-    gap = (top.values[0] - top.values[1]).item()
-    if gap <= NEAR_TIE and {ref[k], got[k]} == set(top.indices.tolist()):
-        return "near_tie"
-    return "mismatch"
-
-
 def reference_tokens(model, tokenizer, workload) -> list[list[int]]:
     out = []
     for prompt, max_tokens in workload:
@@ -444,23 +407,6 @@ def run_system(name, model, tokenizer, workload, args, guard: NoiseGuard) -> Run
     if wrong:
         result.extra["wrong_length_requests"] = wrong
     return result
-
-
-def machine_info() -> dict:
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-    }
 
 
 def pct(value: float | None) -> str:

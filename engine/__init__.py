@@ -1,22 +1,27 @@
 """A small vLLM-style inference engine: continuous batching over a paged KV cache."""
 
 from engine.config import EngineConfig
+from engine.inspection import RequestDetail, SequenceDetail
 from engine.llm_engine import LLMEngine, QueueFullError
 from engine.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.sequence import SequenceStatus, StopReason
 from engine.telemetry import EngineSnapshot, StepRecord
+from engine.validation import FieldError
 
 __all__ = [
     "CompletionOutput",
     "EngineConfig",
     "EngineSnapshot",
+    "FieldError",
     "LLMEngine",
     "Logprob",
     "QueueFullError",
+    "RequestDetail",
     "RequestMetrics",
     "RequestOutput",
     "SamplingParams",
+    "SequenceDetail",
     "SequenceStatus",
     "StepRecord",
     "StopReason",

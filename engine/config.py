@@ -2,6 +2,8 @@
 
 from dataclasses import dataclass, fields
 
+from engine.validation import check_int
+
 SCHEDULING_POLICIES = ("continuous", "static")
 KV_BACKENDS = ("paged", "hf_cache")
 MODEL_IMPLS = ("auto", "native", "transformers")
@@ -26,16 +28,16 @@ class EngineConfig:
 
     def __post_init__(self):
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_waiting"):
-            _check_int(name, getattr(self, name), low=1)
+            check_int(name, getattr(self, name), low=1)
         if self.max_num_batched_tokens < self.max_num_seqs:  # else some decodes would starve
             raise ValueError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= "
                 f"max_num_seqs ({self.max_num_seqs})"
             )
         if self.num_kv_blocks is not None:
-            _check_int("num_kv_blocks", self.num_kv_blocks, low=1)
+            check_int("num_kv_blocks", self.num_kv_blocks, low=1)
         if self.max_model_len is not None:
-            _check_int("max_model_len", self.max_model_len, low=2)
+            check_int("max_model_len", self.max_model_len, low=2)
         if self.scheduling_policy not in SCHEDULING_POLICIES:
             raise ValueError(
                 f"scheduling_policy must be one of {SCHEDULING_POLICIES}, "
@@ -57,8 +59,3 @@ class EngineConfig:
     @classmethod
     def field_names(cls) -> set[str]:
         return {f.name for f in fields(cls)}
-
-
-def _check_int(name: str, value, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")

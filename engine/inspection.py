@@ -1,10 +1,41 @@
 """Read-only views of the engine's requests: outputs, snapshot states, inspector details."""
 
-import dataclasses
+from dataclasses import asdict, dataclass
 
 from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from engine.sequence import SequenceGroup
-from engine.telemetry import EngineSnapshot, RequestDetail, RequestState, SequenceDetail
+from engine.telemetry import EngineSnapshot, RequestState
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceDetail:
+    """One completion the way the engine holds it (for the sequence inspector)."""
+
+    index: int
+    status: str
+    stop_reason: str | None
+    prompt_token_ids: tuple[int, ...]
+    output_token_ids: tuple[int, ...]
+    prompt_tokens: tuple[str, ...]  # each id decoded alone
+    output_tokens: tuple[str, ...]
+    status_history: tuple[tuple[str, int], ...]  # (status, step at which it happened)
+    block_table: tuple[int, ...]
+    num_computed_tokens: int
+    num_cached_tokens: int
+    num_preemptions: int
+    text: str
+    logprobs: tuple[tuple[tuple[str, float], ...], ...] | None  # per token: (piece, logprob)...
+
+
+@dataclass(frozen=True, slots=True)
+class RequestDetail:
+    request_id: str
+    prompt: str | None
+    sampling: dict  # the SamplingParams fields
+    seqs: tuple[SequenceDetail, ...]
+    arrival: float
+    first_token: float | None
+    finished: float | None
 
 
 def request_output(group: SequenceGroup) -> RequestOutput:
@@ -122,7 +153,7 @@ def request_detail(group: SequenceGroup, tokenizer) -> RequestDetail:
     return RequestDetail(
         request_id=group.request_id,
         prompt=group.prompt,
-        sampling=dataclasses.asdict(group.params),
+        sampling=asdict(group.params),
         seqs=tuple(seqs),
         arrival=group.arrival_time,
         first_token=group.first_token_time,

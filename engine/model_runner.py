@@ -82,6 +82,22 @@ def _compiled(model):
     return forward
 
 
+def transformers_forward(model):
+    """The model's own modules, called as NativeDecoder is: (input_ids (T,), positions (T,),
+    logits_to_keep (S,)) -> logits (S, vocab)."""
+
+    def forward(input_ids, positions, logits_to_keep):
+        out = model(
+            input_ids=input_ids.unsqueeze(0),  # (1, T)
+            position_ids=positions.unsqueeze(0),
+            use_cache=False,
+            logits_to_keep=logits_to_keep,
+        )
+        return out.logits[0]
+
+    return forward
+
+
 class ModelRunner:
     def __init__(
         self,
@@ -114,10 +130,12 @@ class ModelRunner:
             ) from exc
         self._row_size = block_size * num_kv_heads * head_dim
         self._gather_buffers = self._new_gather_buffers(0)
-        self.forward = model
-        self.native = NativeDecoder(model) if model_impl == "native" else None
+        # (input_ids (T,), positions (T,), logits_to_keep (S,)) -> logits (S, vocab)
+        if model_impl == "native":
+            self.forward = NativeDecoder(model)
+        else:
+            self.forward = transformers_forward(_compiled(model) if torch_compile else model)
         if torch_compile:
-            self.forward = _compiled(model)
             self._warm_up()
 
     def free(self, seq: Sequence) -> None:
@@ -166,17 +184,9 @@ class ModelRunner:
     def _forward(self, ctx: AttentionContext, input_ids, positions, keep) -> torch.Tensor:
         """The model over one packed step; the logits (len(keep), vocab) of tokens `keep`."""
         with attention_context(ctx):
-            if self.native is not None:
-                return self.native(
-                    self._tensor(input_ids), self._tensor(positions), self._tensor(keep)
-                )
-            out = self.forward(
-                input_ids=self._tensor(input_ids).unsqueeze(0),  # (1, T)
-                position_ids=self._tensor(positions).unsqueeze(0),
-                use_cache=False,
-                logits_to_keep=self._tensor(keep),
+            return self.forward(
+                self._tensor(input_ids), self._tensor(positions), self._tensor(keep)
             )
-        return out.logits[0]
 
     @torch.inference_mode()
     def _warm_up(self) -> None:

@@ -3,6 +3,8 @@
 import math
 from dataclasses import dataclass, field
 
+from engine.validation import FieldError, check_int
+
 MAX_STOP_STRINGS = 64  # each one is searched in every new piece of text
 MAX_STOP_STRING_LEN = 256
 MAX_N = 16
@@ -31,57 +33,53 @@ class SamplingParams:
     def __post_init__(self):
         self.stop = [self.stop] if isinstance(self.stop, str) else _as_list("stop", self.stop)
         self.stop_token_ids = _as_list("stop_token_ids", self.stop_token_ids)
-        _check_int("max_tokens", self.max_tokens, 1, MAX_TOKENS)
+        check_int("max_tokens", self.max_tokens, 1, MAX_TOKENS)
         _check_float("temperature", self.temperature, 0.0, None, "in [0, inf)")
-        _check_int("top_k", self.top_k, 0)
+        check_int("top_k", self.top_k, 0)
         _check_float("top_p", self.top_p, 0.0, 1.0, "in (0, 1]")
         if self.top_p == 0.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+            raise FieldError("top_p", f"top_p must be in (0, 1], got {self.top_p}")
         _check_float("min_p", self.min_p, 0.0, 1.0, "in [0, 1]")
         _check_float("repetition_penalty", self.repetition_penalty, 0.0, None, "in (0, inf)")
         if self.repetition_penalty == 0.0:
-            raise ValueError("repetition_penalty must be in (0, inf), got 0.0")
+            raise FieldError(
+                "repetition_penalty", "repetition_penalty must be in (0, inf), got 0.0"
+            )
         if len(self.stop) > MAX_STOP_STRINGS:
-            raise ValueError(
-                f"stop must hold at most {MAX_STOP_STRINGS} strings, got {len(self.stop)}"
+            raise FieldError(
+                "stop", f"stop must hold at most {MAX_STOP_STRINGS} strings, got {len(self.stop)}"
             )
         for s in self.stop:
             if not isinstance(s, str) or not 0 < len(s) <= MAX_STOP_STRING_LEN:
-                raise ValueError(
+                raise FieldError(
+                    "stop",
                     f"stop strings must be non-empty str of at most {MAX_STOP_STRING_LEN} "
-                    f"characters, got {s!r:.80}"
+                    f"characters, got {s!r:.80}",
                 )
         for t in self.stop_token_ids:
-            _check_int("stop_token_ids", t, 0)
+            check_int("stop_token_ids", t, 0)
         for name in ("ignore_eos", "include_stop_str_in_output"):
             if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
-        _check_int("n", self.n, 1, MAX_N)
+                raise FieldError(name, f"{name} must be a bool, got {getattr(self, name)!r}")
+        check_int("n", self.n, 1, MAX_N)
         if self.seed is not None:
-            _check_int("seed", self.seed, 0, 2**63 - 1)
+            check_int("seed", self.seed, 0, 2**63 - 1)
         if self.logprobs is not None:
-            _check_int("logprobs", self.logprobs, 0, MAX_LOGPROBS)
+            check_int("logprobs", self.logprobs, 0, MAX_LOGPROBS)
         if self.timeout_s is not None:
             _check_float("timeout_s", self.timeout_s, 0.0, None, "> 0")
             if self.timeout_s == 0.0:
-                raise ValueError("timeout_s must be > 0, got 0.0")
+                raise FieldError("timeout_s", "timeout_s must be > 0, got 0.0")
 
     @property
     def is_greedy(self) -> bool:
         return self.temperature < GREEDY_BELOW  # tinier ones overflow logits / temperature
 
 
-def _check_int(name: str, value, low: int, high: int | None = None) -> None:
-    ok = isinstance(value, int) and not isinstance(value, bool) and value >= low
-    if not ok or (high is not None and value > high):
-        rng = f"in [{low}, {high}]" if high is not None else f">= {low}"
-        raise ValueError(f"{name} must be an integer {rng}, got {value!r}")
-
-
 def _check_float(name: str, value, low: float, high: float | None, rng: str) -> None:
     ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     if not ok or value < low or (high is not None and value > high):
-        raise ValueError(f"{name} must be a finite number {rng}, got {value!r}")
+        raise FieldError(name, f"{name} must be a finite number {rng}, got {value!r}")
 
 
 def _as_list(name: str, value) -> list:
@@ -89,5 +87,5 @@ def _as_list(name: str, value) -> list:
     if value is None:
         return []
     if not isinstance(value, list | tuple):
-        raise ValueError(f"{name} must be a list, got {value!r:.80}")
+        raise FieldError(name, f"{name} must be a list, got {value!r:.80}")
     return list(value)

@@ -79,10 +79,6 @@ class Totals:
     tpot_p95: float | None = None
     stop_reasons: dict[str, int] = field(default_factory=dict)
 
-    @property
-    def prefix_cache_hit_rate(self) -> float:
-        return self.num_prefix_hits / self.num_prefix_queries if self.num_prefix_queries else 0.0
-
 
 @dataclass(frozen=True, slots=True)
 class EngineSnapshot:
@@ -170,34 +166,3 @@ def percentile(values, q: float) -> float | None:
     ordered = sorted(values)
     k = max(0, min(len(ordered) - 1, math.ceil(q * len(ordered) / 100) - 1))
     return ordered[k]
-
-
-@dataclass(frozen=True, slots=True)
-class SequenceDetail:
-    """One completion the way the engine holds it (for the sequence inspector)."""
-
-    index: int
-    status: str
-    stop_reason: str | None
-    prompt_token_ids: tuple[int, ...]
-    output_token_ids: tuple[int, ...]
-    prompt_tokens: tuple[str, ...]  # each id decoded alone
-    output_tokens: tuple[str, ...]
-    status_history: tuple[tuple[str, int], ...]  # (status, step at which it happened)
-    block_table: tuple[int, ...]
-    num_computed_tokens: int
-    num_cached_tokens: int
-    num_preemptions: int
-    text: str
-    logprobs: tuple[tuple[tuple[str, float], ...], ...] | None  # per token: (piece, logprob)...
-
-
-@dataclass(frozen=True, slots=True)
-class RequestDetail:
-    request_id: str
-    prompt: str | None
-    sampling: dict  # the SamplingParams fields
-    seqs: tuple[SequenceDetail, ...]
-    arrival: float
-    first_token: float | None
-    finished: float | None

@@ -3,9 +3,10 @@
 `GET /v1/models`, `POST /v1/completions` and `POST /v1/chat/completions` (streamed as
 server-sent events with `stream: true`, ending with `data: [DONE]`). Every request goes
 through the shared EngineDriver with owner "api:<client>" (a hash of the client's address,
-never the address itself), so it shows on the board like a simulated user. The public
-limits (playground/limits.py: prompt tokens, max_tokens, n, requests in flight per client)
-apply: 400 past a size limit, 429 past the in-flight or waiting limit.
+never the address itself), so it shows on the board like a simulated user. It comes in
+through the public door (playground/public.py), as a visitor of the board does: the limits
+(prompt tokens, max_tokens, n, requests in flight per client) apply, 400 past a size limit,
+429 past the in-flight or waiting limit, `param` naming the field in the API's words.
 
 Field mapping, error shapes and finish reasons are listed in README.md ("Use it from your
 own client"). `register_api` also adds `GET /metrics` (playground/metrics.py); the wire
@@ -28,8 +29,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 
-from engine import QueueFullError, SamplingParams
-from engine.request_input import tokenize_prompt
+from playground import public
 from playground.driver import EngineDriver, RequestHandle, RequestRejected
 from playground.limits import LimitExceeded
 from playground.metrics import register_metrics
@@ -53,7 +53,6 @@ log = logging.getLogger(__name__)
 
 OWNER_PREFIX = "api:"  # + a hash of the client's address: the board's label, the limits' key
 HEARTBEAT_S = 0.5  # a waiting non-streamed request checks for a gone client this often
-SUBMIT_TIMEOUT_S = 30.0  # for the driver to take the request
 START_TIME = time.time()  # the "created" of /v1/models
 COMPLETIONS_MAX_TOKENS = 16  # OpenAI's default; chat's default is the rest of the context
 DriverSource = EngineDriver | Callable[[], EngineDriver | None]
@@ -115,8 +114,11 @@ async def _serve(request: Request, body_cls, ready, check_model):
         d = ready()
         body = await _parse(request, body_cls)
         model = check_model(d, body.model)
-        job = await asyncio.to_thread(_prepare, d, body, model)
-        handle = await asyncio.to_thread(_submit, d, job, client_owner(request))
+        try:
+            job = await asyncio.to_thread(_prepare, d, body, model)
+            handle = await asyncio.to_thread(_submit, d, job, client_owner(request))
+        except RequestRejected as exc:
+            raise _refusal(exc, body, d.config.max_waiting) from None
     except APIError as exc:
         return exc.response()
     except Exception as exc:  # a bug, not the client's fault: still answer in OpenAI's shape
@@ -157,28 +159,26 @@ async def _parse(request: Request, body_cls) -> RequestBody:
 
 
 def _prepare(d: EngineDriver, body: RequestBody, model: str) -> CompletionJob:
-    """Build the prompt and SamplingParams; APIError naming the field when they are bad."""
+    """Build the prompt and SamplingParams; RequestRejected naming the field when they are bad,
+    APIError for the context window."""
     chat = isinstance(body, ChatCompletionRequest)
-    prompt_param = "messages" if chat else "prompt"
     prompt = _chat_prompt(body.messages) if chat else _completion_prompt(body.prompt)
-    try:
-        _, token_ids = tokenize_prompt(d.tokenizer, prompt)
-    except ValueError as exc:
-        raise APIError(400, f"{prompt_param}: {exc}", param=prompt_param) from None
+    token_ids = public.tokenize(d, prompt)
     max_model_len = d.config.max_model_len
     room = max_model_len - len(token_ids)
     too_long = "context_length_exceeded"
     if room < 1:
+        prompt_param = _param("prompt", body)
         message = (
             f"{prompt_param} has {len(token_ids)} tokens; this model's context is "
             f"{max_model_len} tokens, and at least one must be left to generate"
         )
         raise APIError(400, message, param=prompt_param, code=too_long)
-    max_param = "max_completion_tokens" if chat and body.max_completion_tokens else "max_tokens"
     max_tokens = (body.max_completion_tokens if chat else None) or body.max_tokens
     if max_tokens is None:
         max_tokens = min(room, d.limits.max_tokens) if chat else COMPLETIONS_MAX_TOKENS
     if max_tokens > room:
+        max_param = _param("max_tokens", body)
         message = (
             f"{max_param} is {max_tokens}, but the prompt has {len(token_ids)} tokens and the "
             f"context is {max_model_len}: at most {room} can be generated"
@@ -188,33 +188,48 @@ def _prepare(d: EngineDriver, body: RequestBody, model: str) -> CompletionJob:
         top = body.top_logprobs if body.logprobs else None
     else:
         top = body.logprobs
-    try:
-        params = SamplingParams(
-            max_tokens=max_tokens,
-            temperature=body.temperature,
-            top_p=body.top_p,
-            top_k=max(body.top_k, 0),
-            min_p=body.min_p,
-            repetition_penalty=body.repetition_penalty,
-            stop=body.stop,
-            stop_token_ids=body.stop_token_ids,
-            ignore_eos=body.ignore_eos,
-            n=body.n,
-            seed=body.seed,
-            logprobs=top,
-        )
-    except ValueError as exc:  # the message starts with the SamplingParams field
-        field = str(exc).split(" ", 1)[0]
-        param = "top_logprobs" if chat and field == "logprobs" else field
-        raise APIError(400, str(exc), param=param) from None
-    try:
-        params = d.limits.check(params, len(token_ids))
-    except LimitExceeded as exc:
-        param = {"prompt": prompt_param, "max_tokens": max_param}.get(exc.field, exc.field)
-        raise _limit_error(exc, param) from None
+    params = public.sampling_params(
+        max_tokens=max_tokens,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        top_k=max(body.top_k, 0),
+        min_p=body.min_p,
+        repetition_penalty=body.repetition_penalty,
+        stop=body.stop,
+        stop_token_ids=body.stop_token_ids,
+        ignore_eos=body.ignore_eos,
+        n=body.n,
+        seed=body.seed,
+        logprobs=top,
+    )
     request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:10]}"  # OpenAI's style
-    return CompletionJob(chat, request_id, model, prompt, len(token_ids), params, top, body.stream,
-                body.include_usage, int(time.time()))  # fmt: skip
+    return CompletionJob(chat, request_id, model, prompt, token_ids, params, top, body.stream,
+                         body.include_usage, int(time.time()))  # fmt: skip
+
+
+def _param(field: str, body: RequestBody) -> str:
+    """The API's name of a SamplingParams field or of the prompt."""
+    chat = isinstance(body, ChatCompletionRequest)
+    if field == "prompt":
+        return "messages" if chat else "prompt"
+    if field == "max_tokens" and chat and body.max_completion_tokens:
+        return "max_completion_tokens"
+    if field == "logprobs" and chat:
+        return "top_logprobs"
+    return field
+
+
+def _refusal(exc: RequestRejected, body: RequestBody, max_waiting: int) -> APIError:
+    """A refusal of the public door in OpenAI's shape, `param` in the API's words."""
+    if exc.code == "queue_full":
+        return queue_full(max_waiting)
+    param = _param(exc.field, body)
+    if isinstance(exc, LimitExceeded):
+        kind = "rate_limit_error" if exc.status == 429 else None
+        message = f"{param}: {exc.message}"
+        return APIError(exc.status, message, param=param, code="limit_exceeded", type=kind)
+    message = str(exc) if param == exc.field else f"{param}: {exc}"  # the API's name first
+    return APIError(exc.status, message, param=param)
 
 
 def _chat_prompt(messages: list[ChatMessage]) -> list[dict]:
@@ -240,12 +255,6 @@ def _completion_prompt(prompt) -> str | list[int]:
     return prompt
 
 
-def _limit_error(exc: LimitExceeded, param: str) -> APIError:
-    message = f"{param}: {exc.message}"  # the API's name for the field
-    kind = "rate_limit_error" if exc.status == 429 else None
-    return APIError(exc.status, message, param=param, code="limit_exceeded", type=kind)
-
-
 def client_owner(request: Request) -> str:
     """The board's owner of a client's requests: a short hash of its address."""
     host = request.client.host if request.client else "unknown"
@@ -254,25 +263,9 @@ def client_owner(request: Request) -> str:
 
 def _submit(d: EngineDriver, job: CompletionJob, owner: str) -> RequestHandle:
     """Hand the request to the driver (blocks until it is queued in the engine)."""
-    cfg, snap = d.config, d.snapshot()
-    if snap.num_waiting >= cfg.max_waiting:
-        raise queue_full(cfg.max_waiting)
     try:
-        return d.submit(
-            job.prompt,
-            job.params,
-            request_id=job.request_id,
-            owner=owner,
-            max_in_flight=d.limits.max_in_flight,
-            wait=True,
-            timeout=SUBMIT_TIMEOUT_S,
-        )
-    except LimitExceeded as exc:
-        raise _limit_error(exc, exc.field) from None
-    except RequestRejected as exc:
-        if isinstance(exc.__cause__, QueueFullError):
-            raise queue_full(cfg.max_waiting) from None
-        raise APIError(400, str(exc), param="messages" if job.chat else "prompt") from None
+        return public.submit(d, job.prompt, job.prompt_token_ids, job.params, owner,
+                             request_id=job.request_id)  # fmt: skip
     except FutureTimeout:
         raise not_ready() from None
 

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass, field
 
-from engine.telemetry import EngineSnapshot, RequestDetail
+from engine import EngineSnapshot, RequestDetail
 from playground.requests import RequestRecord
 
 

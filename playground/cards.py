@@ -6,9 +6,9 @@ person or the model wrote goes through `esc()`.
 
 import html
 
-from playground.driver import BoardState, RequestRecord
+from playground.board import BoardState
+from playground.requests import RequestRecord
 
-STATUS_CLASS = {"waiting": "waiting", "running": "running", "finished": "finished"}
 MAX_CARD_CHARS = 420  # the tail of the text a card shows
 MAX_OTHER_CARDS = 12  # visitors / API clients shown besides the simulated users
 VISITOR_PREFIX = "visitor:"
@@ -61,7 +61,7 @@ def status_badges(record: RequestRecord | None, live_status: str | None) -> str:
     if record.finished:
         reason = record.stop_reason or "error"
         return badge("finished", "finished") + badge(reason, f"stop-{reason}", record.error or "")
-    return badge(live_status or "queued", STATUS_CLASS.get(live_status, "waiting"))
+    return badge(live_status or "queued", live_status or "waiting")
 
 
 def render_card(

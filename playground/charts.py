@@ -21,9 +21,9 @@ STOP_COLOURS = {
     "length": "#f97316", "timeout": "#eab308", "error": "#ef4444",
 }  # fmt: skip
 PREEMPT_COLOUR = "#ef4444"
-PLOTLY_CONFIG = {"displayModeBar": False}  # the board redraws 4x/s: zoom tools only flicker
+PLOTLY_CONFIG = {"displayModeBar": False}  # redrawn up to 2x/s: zoom tools only flicker
 FREE_COLOUR, CACHED_COLOUR, SHARED_COLOUR = "#eef2f7", "#cbd5e1", "#0f172a"
-MAX_CHART_STEPS = 200  # per-step charts draw the latest steps only: the browser redraws them 4x/s
+MAX_CHART_STEPS = 200  # per-step charts draw the latest steps only: redrawn up to 2x/s
 MAX_TIMELINE_REQUESTS = 24
 MAX_KV_CELLS = 2048  # the block map draws at most this many blocks
 THROUGHPUT_WINDOW = 8  # steps in the rolling tokens/s

@@ -1,6 +1,7 @@
 """HTML for the sequence inspector: one request the way the engine holds it."""
 
-from engine.telemetry import RequestDetail, SequenceDetail
+from engine import RequestDetail, SequenceDetail
+from engine.llm_engine import MAX_FINISHED_KEPT
 from playground.cards import badge, esc
 
 SHOWN_PARAMS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "n", "logprobs", "stop")
@@ -66,7 +67,8 @@ def render_inspector(
     if detail is None:
         return (
             f'<div class="pg-muted">{esc(request_id)}: the engine no longer holds this request '
-            "(it keeps the 256 most recent finished ones), or the driver has not answered yet."
+            f"(it keeps the {MAX_FINISHED_KEPT} most recent finished ones), or the driver has not "
+            "answered yet."
             "</div>"
         )
     params = ", ".join(f"{k}={v!r}" for k, v in detail.sampling.items() if k in SHOWN_PARAMS)

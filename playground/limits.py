@@ -14,12 +14,12 @@ from playground.requests import RequestRejected
 
 
 class LimitExceeded(RequestRejected):
-    """A request past a public limit; `field` names what to change, `status` is the HTTP code
-    (400: the request itself is too big, 429: try again later)."""
+    """A request past a public limit (code "limit_exceeded"); `message` is the text after the
+    field's name, for a door that calls the field something else."""
 
     def __init__(self, field: str, message: str, status: int = 400):
-        super().__init__(f"{field}: {message}")
-        self.field, self.message, self.status = field, message, status
+        super().__init__(f"{field}: {message}", field, status, code="limit_exceeded")
+        self.message = message
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,10 +58,12 @@ class PublicLimits:
             params = replace(params, timeout_s=float(self.default_timeout_s))
         return params
 
-    def in_flight_error(self, in_flight: int) -> LimitExceeded:
-        return LimitExceeded(
-            "requests",
-            f"you already have {in_flight} unfinished (at most {self.max_in_flight} at a time); "
-            "wait for one to finish or cancel it",
-            status=429,
-        )
+
+def in_flight_error(in_flight: int, max_in_flight: int) -> LimitExceeded:
+    """The refusal of one request too many in flight (HTTP 429)."""
+    return LimitExceeded(
+        "requests",
+        f"you already have {in_flight} unfinished (at most {max_in_flight} at a time); "
+        "wait for one to finish or cancel it",
+        status=429,
+    )

@@ -173,7 +173,7 @@ class CompletionJob:
     request_id: str
     model: str
     prompt: str | list[int] | list[dict]
-    num_prompt_tokens: int
+    prompt_token_ids: list[int]
     params: SamplingParams
     num_top_logprobs: int | None  # None: no logprobs asked
     stream: bool
@@ -191,7 +191,7 @@ class ResponseTracker:
         self.started = [False] * n
         self.done = [False] * n
         self.text_offset = [0] * n  # completions' logprobs: characters sent so far
-        self.num_prompt_tokens = job.num_prompt_tokens
+        self.num_prompt_tokens = len(job.prompt_token_ids)
         self.num_cached_tokens = 0
         self.finished = False  # the request's last output was seen
 

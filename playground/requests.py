@@ -5,11 +5,24 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 
-from engine import CompletionOutput, RequestMetrics, RequestOutput, StopReason
+from engine import CompletionOutput, QueueFullError, RequestMetrics, RequestOutput, StopReason
 
 
 class RequestRejected(ValueError):
-    """add_request refused the request (the message names the field)."""
+    """A request refused before it was queued. `field` names what to change; `status` is the
+    HTTP code (400: the request itself, 429: try again later); `code` says which rule refused
+    it ("limit_exceeded", "queue_full"; None: the engine's own checks)."""
+
+    def __init__(self, message: str, field: str, status: int = 400, code: str | None = None):
+        super().__init__(message)
+        self.field, self.status, self.code = field, status, code
+
+    @classmethod
+    def from_engine(cls, exc: Exception) -> "RequestRejected":
+        """The engine's refusal (add_request, SamplingParams) as a RequestRejected."""
+        if isinstance(exc, QueueFullError):
+            return cls(str(exc), "requests", status=429, code="queue_full")
+        return cls(str(exc), getattr(exc, "field", "prompt"))
 
 
 class RequestHandle:
@@ -20,18 +33,16 @@ class RequestHandle:
         self.owner = owner
         self._queue: queue.Queue = queue.Queue()
 
+    def put(self, item: RequestOutput | RequestRejected) -> None:
+        """Called by the driver thread: the next output, or the refusal get() raises."""
+        self._queue.put(item)
+
     def get(self, timeout: float | None = None) -> RequestOutput:
         """Next output; raises queue.Empty after timeout, RequestRejected if refused."""
         item = self._queue.get(timeout=timeout)
         if isinstance(item, BaseException):
             raise item
         return item
-
-    def get_nowait(self) -> RequestOutput | None:
-        try:
-            return self.get(timeout=0) if not self._queue.empty() else None
-        except queue.Empty:
-            return None
 
     def __iter__(self):
         while True:
@@ -124,6 +135,12 @@ class Ledger:
         deltas = self._deltas[out.request_id]
         if len(deltas) < self.max_deltas:
             deltas.append((step, first.delta))
+
+    def note_error(self, request_id: str, error: str) -> None:
+        """Why the request failed (its last output comes through update())."""
+        record = self._records.get(request_id)
+        if record is not None:
+            self._records[request_id] = replace(record, error=error)
 
     def live_of(self, owner: str) -> list[str]:
         return [r.request_id for r in self._records.values() if r.owner == owner and not r.finished]

@@ -1,11 +1,13 @@
 """Named workload presets: who the users are, how they arrive, and the engine knobs to show off.
 
-Each preset is one click in the UI. `Scenario.workload()` builds the users; `engine_overrides`
-are EngineConfig field names applied on top of the command line's config.
+Each preset is one click in the UI (or `app.py --scenario`). `Scenario.workload()` builds the
+users; `engine_overrides` are EngineConfig field names applied on top of the command line's
+config (`engine_config()`); `start()` resets the driver with both, the one way a preset starts.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from engine import EngineConfig
 from playground.users import UserProfile, Workload, make_arrival, make_profiles
 
 
@@ -22,6 +24,25 @@ class Scenario:
     cancel_fraction: float = 0.0  # of requests from users that have cancel_after set
     engine_overrides: dict = field(default_factory=dict)
     compare: bool = False  # run static and continuous side by side
+
+    def __post_init__(self):
+        unknown = sorted(set(self.engine_overrides) - EngineConfig.field_names())
+        if unknown:
+            raise ValueError(f"engine_overrides: {unknown[0]!r} is not an EngineConfig field")
+
+    def engine_config(self, base: EngineConfig) -> EngineConfig:
+        """`base` (the command line's config) with this preset's engine knobs."""
+        return replace(base, **self.engine_overrides)
+
+    def start(self, driver, config: EngineConfig | None = None, compare: bool | None = None,
+              workload: Workload | None = None) -> None:  # fmt: skip
+        """Reset `driver` to this preset: fresh engines of `config` (default: the preset's
+        knobs on the driver's base config), its users on a fresh clock."""
+        driver.reset(
+            config or self.engine_config(driver.base_config),
+            compare=self.compare if compare is None else compare,
+            workload=workload or self.workload(),
+        )
 
     def workload(
         self,

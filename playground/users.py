@@ -171,7 +171,7 @@ class Workload:
         self.by_request: dict[str, SimulatedUser] = {}
         self._views = tuple(u.view() for u in self.users)
 
-    def tick(self, now: float, submit: SubmitFn, abort: AbortFn) -> None:
+    def tick(self, now: float, submit: SubmitFn) -> None:
         """Send the requests that are due. Called by the driver thread only."""
         changed = False
         for user in self.users:

@@ -4,9 +4,12 @@ import os
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
+from engine import EngineConfig, LLMEngine
 from engine.loader import load_model
+from playground.driver import EngineDriver
+from tests.tiny_models import make_engine as tiny_engine
+from tests.tiny_models import make_tiny_model
 
 CUDA_TESTS_DEVICE = os.environ.get("CUDA_TESTS_DEVICE", "cuda")  # "cpu": a dry run of them
 
@@ -30,14 +33,8 @@ def default_model():
 
 @pytest.fixture(scope="session")
 def tiny_model(default_model):
-    """(model, tokenizer): 2 layers of 64, random weights, the bundled model's tokenizer."""
-    _, tokenizer = default_model
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-    )  # fmt: skip
-    return LlamaForCausalLM(config).eval(), tokenizer
+    """(model, tokenizer): the tiny random Llama (context 512), the bundled model's tokenizer."""
+    return make_tiny_model("llama", max_position_embeddings=512), default_model[1]
 
 
 class CharTokenizer:
@@ -63,3 +60,21 @@ class CharTokenizer:
 def char_tokenizer():
     """A tiny character-level tokenizer (32 ids, `<eos>` = 0) for tests that need no model."""
     return CharTokenizer()
+
+
+@pytest.fixture
+def make_engine(tiny_model):
+    """tests.tiny_models.make_engine over the tiny model: (config=None, **overrides)."""
+    model, tokenizer = tiny_model
+
+    def make(config: EngineConfig | None = None, **overrides) -> LLMEngine:
+        return tiny_engine(model, tokenizer, config, **overrides)
+
+    return make
+
+
+@pytest.fixture
+def driver(make_engine):
+    d = EngineDriver(make_engine(), engine_factory=make_engine)
+    yield d
+    d.stop()

@@ -8,11 +8,12 @@ from dataclasses import replace
 
 import pytest
 
-from engine import EngineConfig, LLMEngine
+from engine import EngineConfig
 from playground.driver import EngineDriver
-from tests.api.kit import TINY_MODEL, Server, openai_client
+from tests.api.server import TINY_MODEL, Server, openai_client
+from tests.tiny_models import make_engine
 
-TINY_ENGINE = dict(max_num_seqs=16, max_num_batched_tokens=256, block_size=16, num_kv_blocks=64)
+SERVER_ENGINE = dict(max_num_seqs=16, max_num_batched_tokens=256, block_size=16, num_kv_blocks=64)
 
 
 @pytest.fixture(scope="session")
@@ -22,9 +23,9 @@ def make_driver(tiny_model):
     drivers = []
 
     def make(**overrides) -> EngineDriver:
-        config = EngineConfig(**{**TINY_ENGINE, **overrides})
-        engine = LLMEngine(model, tokenizer, config)
-        factory = lambda cfg: LLMEngine(model, tokenizer, cfg)  # noqa: E731
+        config = EngineConfig(**{**SERVER_ENGINE, **overrides})
+        engine = make_engine(model, tokenizer, config)
+        factory = lambda cfg: make_engine(model, tokenizer, cfg)  # noqa: E731
         drivers.append(EngineDriver(engine, engine_factory=factory, base_config=config))
         return drivers[-1]
 

@@ -8,7 +8,7 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 
 from engine import EngineConfig, LLMEngine, SamplingParams
-from tests.api.kit import TINY_MODEL
+from tests.api.server import TINY_MODEL
 
 MEGABYTE_PROMPT = "lorem ipsum " * 90_000  # ~1 MB
 MANY_STOPS = [f"stop{i}" for i in range(10_000)]

@@ -3,7 +3,7 @@
 import httpx
 import pytest
 
-from tests.api.kit import TINY_MODEL, wait_for
+from tests.api.server import TINY_MODEL, wait_for
 
 
 def test_closing_a_stream_cancels_the_request(client, app_server):

@@ -5,7 +5,7 @@ import openai
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.api.kit import TINY_MODEL, bare_app, wait_for
+from tests.api.server import TINY_MODEL, bare_app, wait_for
 
 HI = [{"role": "user", "content": "hi"}]
 CHAT_CASES = [  # (body, status, param)

@@ -5,7 +5,7 @@ import re
 import pytest
 from gradio_client import Client
 
-from tests.api.kit import wait_for
+from tests.api.server import wait_for
 
 GENERATE_ENDPOINT = "/generate"  # expected: prompt (+ max_tokens, ...) in, generated text out
 
@@ -16,8 +16,8 @@ def gradio(app_server):
 
 
 def test_submit_prompt_endpoint_joins_the_batch(gradio, app_server):
-    # inputs of playground/ui.py submit_prompt: text, max_tokens, temperature, top_p, top_k,
-    # seed, stop strings, logprobs
+    # inputs of BoardCallbacks.submit_prompt (playground/ui/callbacks.py): text, max_tokens,
+    # temperature, top_p, top_k, seed, stop strings, logprobs
     cleared, status = gradio.predict(
         "Say hello", 6, 0.0, 1.0, 0, -1, "", False, api_name="/submit_prompt"
     )

@@ -7,7 +7,7 @@ import httpx
 from fastapi.testclient import TestClient
 
 from playground.api import client_owner
-from tests.api.kit import TINY_MODEL, bare_app, wait_for
+from tests.api.server import TINY_MODEL, bare_app, wait_for
 
 
 def _error(r: httpx.Response) -> dict:

@@ -5,7 +5,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine import SamplingParams, llm_engine
-from tests.api.kit import TINY_MODEL, bare_app
+from tests.api.server import TINY_MODEL, bare_app
 
 FAMILIES = {  # parsed family name -> type (counters lose their _total)
     "vllm:num_requests_running": "gauge",

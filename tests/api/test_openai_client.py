@@ -7,7 +7,7 @@ import pytest
 
 from playground.cards import render_cards
 from playground.openai_protocol import served_model_name
-from tests.api.kit import TINY_MODEL, wait_for
+from tests.api.server import TINY_MODEL, wait_for
 
 MESSAGES = [{"role": "user", "content": "Name three colours."}]
 

@@ -6,7 +6,7 @@ from fastapi import FastAPI
 from engine import EngineConfig, LLMEngine
 from playground.api import register_api
 from playground.driver import EngineDriver
-from tests.api.kit import Server, openai_client
+from tests.api.server import Server, openai_client
 
 pytestmark = pytest.mark.slow
 

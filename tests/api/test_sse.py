@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from playground.openai_protocol import ResponseTracker
-from tests.api.kit import TINY_MODEL, wait_for
+from tests.api.server import TINY_MODEL, wait_for
 
 HI = [{"role": "user", "content": "Tell me a story."}]
 ROUTES = [  # (path, body, the stream's "object")

@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import app  # noqa: E402
 from engine import LLMEngine, SamplingParams  # noqa: E402
-from playground import ui  # noqa: E402
 from playground.driver import EngineDriver  # noqa: E402
+from playground.ui import callbacks  # noqa: E402
 
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -123,8 +123,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--clients", type=int, default=3)
     args = ap.parse_args()
-    ui.board_values = _timed(ui.board_values, BOARD_COSTS)
-    ui.chart_values = _timed(ui.chart_values, CHART_COSTS)
+    callbacks.board_values = _timed(callbacks.board_values, BOARD_COSTS)
+    callbacks.chart_values = _timed(callbacks.chart_values, CHART_COSTS)
     built = {}
     real_build = app.build_ui
     app.build_ui = lambda d: built.setdefault("demo", real_build(d))

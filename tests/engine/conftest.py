@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.engine.kit import TINY_ARCHS, make_tiny_pair
+from tests.tiny_models import TINY_ARCHS, make_tiny_pair
 
 
 @pytest.fixture(scope="session")

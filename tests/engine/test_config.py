@@ -18,13 +18,14 @@ def test_defaults_match_the_contract():
     assert c.enable_prefix_caching is True
     assert c.max_waiting == 1024
     assert c.torch_compile is False
+    assert c.model_impl == "auto"
 
 
 def test_field_names_are_the_contract_names():
     assert EngineConfig.field_names() == {
         "max_num_seqs", "max_num_batched_tokens", "block_size", "num_kv_blocks",
         "max_model_len", "scheduling_policy", "kv_backend", "enable_chunked_prefill",
-        "enable_prefix_caching", "max_waiting", "torch_compile",
+        "enable_prefix_caching", "max_waiting", "torch_compile", "model_impl",
     }  # fmt: skip
 
 

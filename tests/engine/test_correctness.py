@@ -1,6 +1,7 @@
 """Greedy output through the engine equals transformers `generate`, in every batch mix.
 
-DESIGN.md's criterion: token for token, except a float near-tie at the first difference.
+The correctness criterion (docs/ARCHITECTURE.md): token for token, except a float near-tie at
+the first difference.
 """
 
 import pytest
@@ -9,7 +10,8 @@ from torch._dynamo.utils import counters
 
 from engine import LLMEngine, SamplingParams, StopReason
 from engine.loader import load_model
-from tests.engine.kit import GreedyChecker, assert_no_leak, make_engine, run_staggered
+from tests.engine.checks import GreedyChecker, assert_no_leak, run_staggered
+from tests.tiny_models import make_engine
 
 SYSTEM = (
     "You are a patient teacher. You explain how large language models serve many users at "

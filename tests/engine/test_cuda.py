@@ -15,7 +15,7 @@ from bench.random_models import random_model, reference_copy, word_tokenizer
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.loader import default_dtype
 from tests.conftest import CUDA_TESTS_DEVICE
-from tests.engine.kit import GreedyChecker, assert_no_leak, run_staggered
+from tests.engine.checks import GreedyChecker, assert_no_leak, run_staggered
 
 pytestmark = pytest.mark.cuda
 

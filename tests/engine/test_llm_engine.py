@@ -5,7 +5,8 @@ import torch
 from transformers import MistralConfig, MistralForCausalLM
 
 from engine import LLMEngine, SamplingParams, SequenceStatus, StopReason
-from tests.engine.kit import TINY, GreedyChecker, assert_no_leak, make_engine, run_staggered
+from tests.engine.checks import POISON, GreedyChecker, assert_no_leak, poison, run_staggered
+from tests.tiny_models import TINY, make_engine
 
 GREEDY = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
 
@@ -98,21 +99,6 @@ def test_timeout_finishes_with_timeout(engine):
     assert finals["ok"].stop_reason == StopReason.MAX_TOKENS
     assert engine.snapshot().totals.stop_reasons == {"timeout": 1, "max_tokens": 1}
     assert_no_leak(engine)
-
-
-POISON = 777  # a token id whose presence in a forward makes the (wrapped) model raise
-
-
-def poison(engine, monkeypatch) -> None:
-    """Make the engine's model raise on any forward whose input holds POISON."""
-    real = engine.runner.model.forward
-
-    def forward(input_ids=None, **kwargs):
-        if (input_ids == POISON).any():
-            raise RuntimeError("injected fault")
-        return real(input_ids=input_ids, **kwargs)
-
-    monkeypatch.setattr(engine.runner.model, "forward", forward)
 
 
 @pytest.mark.parametrize("kv_backend", ["paged", "hf_cache"])

@@ -10,10 +10,11 @@ from types import SimpleNamespace
 import huggingface_hub.constants
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 from engine import loader
 from engine.loader import ModelNotFoundError, default_dtype, load_model, resolve_device
+from tests.tiny_models import make_tiny_model
 
 PROMPT = "The capital of France is"
 
@@ -30,19 +31,14 @@ def offline(monkeypatch, tmp_path):
 def tiny_dir(tmp_path_factory, default_model):
     """A tiny random Llama with the default tokenizer, saved as a local model directory."""
     _, tokenizer = default_model
-    config = LlamaConfig(
+    model = make_tiny_model(
+        "llama",
         vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
         max_position_embeddings=256,
         eos_token_id=tokenizer.eos_token_id,
     )
-    torch.manual_seed(0)
     path = tmp_path_factory.mktemp("tiny")
-    LlamaForCausalLM(config).save_pretrained(path)
+    model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
 

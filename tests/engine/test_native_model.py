@@ -9,7 +9,8 @@ from transformers import GemmaConfig, GemmaForCausalLM
 from engine import EngineConfig, LLMEngine, SamplingParams, linear
 from engine.attention import AttentionContext, DecodeGroup, PrefillChunk
 from engine.native_model import NativeDecoder, unsupported_reason
-from tests.engine.kit import TINY, TINY_ARCHS, GreedyChecker, make_engine, make_tiny_pair
+from tests.engine.checks import GreedyChecker
+from tests.tiny_models import TINY, TINY_ARCHS, make_engine, make_tiny_pair
 
 
 def _runner_logits(engine, prompt: list[int], extra: list[int]) -> torch.Tensor:
@@ -46,7 +47,7 @@ def test_native_logits_equal_the_transformers_modules(arch, pack, tokenizer, mon
     model, reference = make_tiny_pair(arch)
     engine = make_engine(model, tokenizer, model_impl="native")
     assert engine.config.model_impl == "native"
-    assert engine.runner.native.is_packed == (pack and linear.can_pack(model.lm_head.weight))
+    assert engine.runner.forward.is_packed == (pack and linear.can_pack(model.lm_head.weight))
     prompt, extra = list(range(100, 117)), [5, 6, 7]
     got = _runner_logits(engine, prompt, extra)
     with torch.inference_mode():
@@ -59,7 +60,9 @@ def test_auto_picks_native_for_llama_family(arch, tokenizer):
     model, _ = make_tiny_pair(arch)
     assert unsupported_reason(model) is None
     assert make_engine(model, tokenizer).config.model_impl == "native"
-    assert make_engine(model, tokenizer, model_impl="transformers").runner.native is None
+    assert not isinstance(
+        make_engine(model, tokenizer, model_impl="transformers").runner.forward, NativeDecoder
+    )
     assert make_engine(model, tokenizer, kv_backend="hf_cache").config.model_impl == (
         "transformers"
     )
@@ -80,7 +83,8 @@ def test_other_families_keep_the_transformers_modules(tokenizer):
     model, reference = _tiny_gemma()
     assert "gemma" in unsupported_reason(model)
     engine = make_engine(model, tokenizer)
-    assert engine.config.model_impl == "transformers" and engine.runner.native is None
+    assert engine.config.model_impl == "transformers"
+    assert not isinstance(engine.runner.forward, NativeDecoder)
     params = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
     prompt = tokenizer.encode("The paged KV cache")
     out = engine.generate([prompt], params)[0]

@@ -4,7 +4,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import SamplingParams
-from tests.engine.kit import assert_no_leak, make_engine
+from tests.engine.checks import assert_no_leak
+from tests.tiny_models import make_engine
 
 add = st.tuples(
     st.just("add"),

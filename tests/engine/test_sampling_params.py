@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from engine import FieldError
 from engine.sampling_params import (
     MAX_LOGPROBS,
     MAX_N,
@@ -156,9 +157,10 @@ INVALID = [
 
 @pytest.mark.parametrize(("name", "value"), INVALID, ids=lambda v: repr(v)[:30])
 def test_invalid_value_raises_value_error_naming_field(name, value):
-    with pytest.raises(ValueError, match=rf"\b{name}\b") as info:
+    with pytest.raises(FieldError, match=rf"\b{name}\b") as info:
         SamplingParams(**{name: value})
     assert "got" in str(info.value)  # the message shows what it got
+    assert info.value.field == name  # a caller need not parse the message
 
 
 @pytest.mark.parametrize(("name", "value"), [("stop", 5), ("stop_token_ids", 5), ("stop", 1.5)])

@@ -4,10 +4,10 @@ failures; nothing lost, nothing leaked, and only the poisoned requests end with 
 import random
 
 from engine import SamplingParams, StopReason
-from tests.engine.kit import GreedyChecker, assert_no_leak, make_engine
+from tests.engine.checks import POISON, GreedyChecker, assert_no_leak, poison
+from tests.tiny_models import make_engine
 
 NUM_REQUESTS = 1000
-POISON = 777  # a token id whose presence in a forward makes the wrapped model raise
 WORDS = ["batch", "token", "KV", "café", "naïve", "你好", "世界", "🚀", "🙂", "Ω", "ß", "\n", "  "]
 
 
@@ -53,14 +53,7 @@ def test_soak_thousand_requests(llama_pair, tokenizer, monkeypatch):
         llama_pair[0], tokenizer, num_kv_blocks=64, max_num_batched_tokens=128, max_num_seqs=32,
         max_model_len=160,
     )  # fmt: skip
-    real_forward = engine.runner.model.forward
-
-    def forward(input_ids=None, **kwargs):  # the injected fault
-        if (input_ids == POISON).any():
-            raise RuntimeError("injected fault")
-        return real_forward(input_ids=input_ids, **kwargs)
-
-    monkeypatch.setattr(engine.runner.model, "forward", forward)
+    poison(engine, monkeypatch)
     poisoned: set[str] = set()
     greedy = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
     added, finished, greedy_ids = [], {}, []

@@ -2,13 +2,12 @@
 
 from dataclasses import replace
 
-from engine import Logprob
-from engine.telemetry import RequestDetail, SequenceDetail
+from engine import Logprob, RequestDetail, SequenceDetail
 from playground import cards
 from playground.board import LaneStats
 from playground.inspector import render_inspector
 from playground.requests import RequestRecord
-from tests.playground.factories import busy_board, request, snapshot, step
+from tests.playground.boards import busy_board, request, snapshot, step
 
 EVIL = '<script>alert("x")</script>'
 

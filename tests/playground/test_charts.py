@@ -7,7 +7,7 @@ import pytest
 
 from engine.telemetry import Totals
 from playground import charts
-from tests.playground.factories import busy_board, request, snapshot, step
+from tests.playground.boards import busy_board, request, snapshot, step
 
 
 def _trace(fig, name):

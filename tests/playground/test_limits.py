@@ -1,15 +1,10 @@
-"""Public limits (what one visitor may ask) and the driver's watchdog for a hung step."""
-
-import threading
-import time
+"""Public limits: what one visitor may ask, and the in-flight count the driver keeps."""
 
 import pytest
 
 from engine import SamplingParams, StopReason
-from playground.cards import render_alert
-from playground.driver import EngineDriver
 from playground.limits import LimitExceeded, PublicLimits
-from tests.playground.test_driver import _settled
+from tests.playground.driving import settled
 
 GREEDY = dict(temperature=0.0, ignore_eos=True)
 
@@ -51,54 +46,10 @@ def test_in_flight_limit_is_per_owner_and_frees_up(driver):
         driver.submit("one too many", params, owner="visitor:a", max_in_flight=2, wait=True)
     assert info.value.status == 429 and info.value.field == "requests"
     other = driver.submit("someone else", params, owner="visitor:b", max_in_flight=2, wait=True)
-    waiting = _settled(driver, lambda s: s.snapshot.num_waiting == 3).snapshot.num_waiting
+    waiting = settled(driver, lambda s: s.snapshot.num_waiting == 3).snapshot.num_waiting
     assert waiting == 3  # the refused one was never queued
     driver.resume()
     for h in [*mine, other]:
         assert h.result(timeout=30).stop_reason == StopReason.MAX_TOKENS
     again = driver.submit("after", params, owner="visitor:a", max_in_flight=2, wait=True)
     assert again.result(timeout=30).finished
-
-
-class _Hang:
-    """A model wrapper whose forward blocks until released (a hung step)."""
-
-    def __init__(self, model):
-        self.model, self.release = model, threading.Event()
-        self.hang = False
-
-    def __call__(self, *args, **kwargs):
-        if self.hang:
-            self.release.wait(30)
-        return self.model(*args, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self.model, name)
-
-
-def test_watchdog_reports_a_stuck_step_and_clears(make_engine):
-    engine = make_engine()
-    hang = _Hang(engine.runner.forward)
-    engine.runner.forward = hang
-    d = EngineDriver(engine, stuck_after_s=0.3)
-    try:
-        assert d.stuck_for() is None and render_alert(d.stuck_for()) == ""
-        hang.hang = True
-        handle = d.submit("hang on", SamplingParams(max_tokens=2, **GREEDY), wait=True)
-        deadline = time.monotonic() + 10
-        while d.num_stuck_steps == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert d.num_stuck_steps == 1 and d.stuck_for() >= 0.3  # reported (and logged) once
-        assert "stuck" in render_alert(d.stuck_for())
-        hang.hang = False
-        hang.release.set()
-        assert handle.result(timeout=30).stop_reason == StopReason.MAX_TOKENS
-        assert d.stuck_for() is None and d.num_stuck_steps == 1
-    finally:
-        hang.release.set()
-        d.stop()
-
-
-def test_stuck_after_must_be_positive(make_engine):
-    with pytest.raises(ValueError, match="stuck_after_s"):
-        EngineDriver(make_engine(), stuck_after_s=0, start=False)

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from engine import EngineConfig, StopReason
-from playground.scenarios import SCENARIOS
+from playground.scenarios import SCENARIOS, Scenario
 from playground.users import (
     AllAtOnce,
     Bursts,
@@ -59,17 +59,17 @@ def test_users_arrive_wait_think_and_stop_after_max_requests():
     profile = UserProfile("Ada", "#000", think_time=(1.0, 1.0), max_requests=2, max_tokens=5)
     w = Workload("t", [profile], Bursts(1, 10.0))
     fake = FakeDriver()
-    w.tick(0.0, fake.submit, fake.abort)
+    w.tick(0.0, fake.submit)
     assert len(fake.sent) == 1 and w.views()[0].state == "waiting for answer"
     prompt, params, owner = fake.sent[0]
     assert owner == "user:Ada" and prompt[-1]["role"] == "user" and params.max_tokens == 5
-    w.tick(5.0, fake.submit, fake.abort)
+    w.tick(5.0, fake.submit)
     assert len(fake.sent) == 1  # one request out at a time
     w.on_output(_out("req-1", 5, True, StopReason.MAX_TOKENS), 6.0, fake.abort)
     assert w.views()[0].state == "thinking" and w.views()[0].next_at == 7.0
-    w.tick(6.5, fake.submit, fake.abort)
+    w.tick(6.5, fake.submit)
     assert len(fake.sent) == 1
-    w.tick(7.0, fake.submit, fake.abort)
+    w.tick(7.0, fake.submit)
     assert len(fake.sent) == 2
     w.on_rejected("req-2", 7.5)
     assert w.views()[0].state == "done" and w.is_done
@@ -79,7 +79,7 @@ def test_some_users_cancel_on_purpose():
     profile = UserProfile("Bo", "#000", cancel_after=3)
     w = Workload("t", [profile], cancel_fraction=1.0)
     fake = FakeDriver()
-    w.tick(0.0, fake.submit, fake.abort)
+    w.tick(0.0, fake.submit)
     w.on_output(_out("req-1", 2), 0.1, fake.abort)
     assert fake.aborted == []
     w.on_output(_out("req-1", 3), 0.2, fake.abort)
@@ -108,7 +108,7 @@ def test_every_preset_builds_a_workload_and_a_valid_config(key):
     w = sc.workload(seed=3)
     assert len(w.users) == sc.num_users
     fake = FakeDriver()
-    w.tick(1000.0, fake.submit, fake.abort)  # far in the future: every user has arrived
+    w.tick(1000.0, fake.submit)  # far in the future: every user has arrived
     assert len(fake.sent) == sc.num_users
     assert {owner for _, _, owner in fake.sent} == {u.owner for u in w.views()}
 
@@ -118,7 +118,7 @@ def test_presets_show_what_they_promise():
     assert SCENARIOS["kv_pressure"].engine_overrides["num_kv_blocks"] <= 64
     prefix = SCENARIOS["prefix_cache"].workload(seed=0)
     fake = FakeDriver()
-    prefix.tick(100.0, fake.submit, fake.abort)
+    prefix.tick(100.0, fake.submit)
     systems = {prompt[0]["content"] for prompt, _, _ in fake.sent}
     assert len(systems) == 1 and len(next(iter(systems)).split()) > 150  # one shared prefix
     long_short = SCENARIOS["long_vs_short"].workload(seed=0)
@@ -148,7 +148,7 @@ def run_preset(make_engine, key: str, max_steps: int, until=None, **overrides):
 
     for n in range(1, max_steps + 1):
         now = n * DT
-        workload.tick(now, submit, engine.abort_request)
+        workload.tick(now, submit)
         for out in engine.step() if engine.has_unfinished_requests() else ():
             workload.on_output(out, now, engine.abort_request)
         if until is not None and until(engine, workload):
@@ -235,3 +235,12 @@ def test_continuous_finishes_the_static_vs_continuous_work_sooner(make_engine):
     generated = static.snapshot().totals.num_generated_tokens
     assert generated < 0.8 * work, (generated, work, n)  # fewer tokens per step
     assert static.snapshot().num_finished < cont.snapshot().num_finished
+
+
+def test_a_preset_knob_must_be_an_engine_config_field():
+    with pytest.raises(ValueError, match="engine_overrides: 'kv_blocks'"):
+        Scenario("x", "X", "", UserProfile("a", "#000"), engine_overrides={"kv_blocks": 8})
+    base = EngineConfig(max_num_seqs=4, max_num_batched_tokens=64)
+    cfg = SCENARIOS["kv_pressure"].engine_config(base)
+    assert (cfg.num_kv_blocks, cfg.max_num_seqs, cfg.block_size) == (40, 8, 16)
+    assert base.num_kv_blocks is None  # the base is left as it was

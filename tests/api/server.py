@@ -1,4 +1,4 @@
-"""HTTP API test kit: a uvicorn server in a thread, an openai client, small waits."""
+"""HTTP API test helpers: a uvicorn server in a thread, an openai client, small waits."""
 
 import socket
 import threading

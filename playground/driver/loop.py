@@ -1,0 +1,145 @@
+"""DriverLoop: what the driver thread runs and the state only it touches.
+
+Between steps it runs the inbox's commands; each step steps every lane, routes the first
+lane's outputs (ledger, inspector, streams, simulated users), publishes a BoardState and
+then sleeps out the pace. EngineDriver (the package's public face) owns the thread.
+"""
+
+import itertools
+import threading
+import time
+from dataclasses import replace
+
+from engine import EngineConfig, LLMEngine, RequestOutput, StopReason
+from playground.driver.clock import RunClock, StepCounter
+from playground.driver.inbox import Inbox
+from playground.driver.lanes import MAIN_LANE, Lane, Lanes
+from playground.driver.publisher import Publisher
+from playground.driver.streams import Streams
+from playground.driver.watchdog import Watchdog
+from playground.limits import in_flight_error
+from playground.requests import Ledger, RequestRecord, RequestRejected, final_output, preview
+
+IDLE_WAIT = 0.05  # s between looks at the inbox when there is nothing to step
+ERROR_BACKOFF = 0.1  # s after a failed step, so a broken engine does not spin
+
+
+class DriverLoop:
+    def __init__(self, engine: LLMEngine, factory, pace, stuck_after_s: float):
+        self.factory = factory  # EngineConfig -> LLMEngine, for reset()
+        self.inbox, self.steps, self.stop = Inbox(), StepCounter(), threading.Event()
+        self.watchdog = Watchdog(stuck_after_s, self.stop)
+        self.lanes = Lanes([Lane(MAIN_LANE, engine)])
+        self.clock = RunClock(pace)
+        self.ledger = Ledger()  # the first lane's recent requests
+        self.streams, self.publisher = Streams(), Publisher()
+        self.workload = None  # the simulated users (playground.users.Workload)
+        self._ids, self._ids_lock = itertools.count(1), threading.Lock()
+        self.publish(force=True)
+
+    def next_id(self) -> str:
+        """Any thread."""
+        with self._ids_lock:
+            return f"req-{next(self._ids)}"
+
+    def inspect(self, request_id: str):
+        """The first lane's RequestDetail of a request (None if unknown)."""
+        return self.lanes.first.engine.inspect(request_id)
+
+    def text_of(self, request_id: str) -> str:
+        record = self.ledger.get(request_id)
+        return record.text if record else ""
+
+    def add_request(self, rid, owner, prompt, label, params, priority, max_in_flight) -> None:
+        """Hand a request to the lanes; RequestRejected (and a refused record) if refused."""
+        record = RequestRecord(rid, owner, label, time.monotonic())
+        try:
+            mine = len(self.ledger.live_of(owner)) if max_in_flight is not None else 0
+            if max_in_flight is not None and mine >= max_in_flight:
+                raise in_flight_error(mine, max_in_flight)
+            self.lanes.add(rid, prompt, params, priority)
+        except Exception as exc:
+            error = exc if isinstance(exc, RequestRejected) else RequestRejected.from_engine(exc)
+            self.ledger.put(replace(record, finished=True, error=str(error)))
+            raise error from exc
+        self.ledger.put(record)  # the board shows it waiting, even while paused
+
+    def abort_owner(self, owner: str) -> None:
+        for rid in self.ledger.live_of(owner):
+            self.lanes.abort(rid)
+
+    def reset(self, config: EngineConfig, compare: bool, workload) -> None:
+        if compare and config.num_kv_blocks is None:  # two pools sized from free memory: no
+            config = replace(config, num_kv_blocks=self.publisher.state.snapshot.kv_blocks_total)
+        # Built before the old lanes go: a config the engine refuses leaves the board as it was.
+        lanes = Lanes.build(self.factory, config, compare)
+        self.streams.close_all(self.text_of, StopReason.CANCELLED)
+        self.lanes, self.workload = lanes, workload
+        self.ledger.clear()
+        self.publisher.forget()
+        self.clock.restart()
+        self.publish(force=True)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.inbox.wake.clear()
+            self._drain()
+            stepping = not self.clock.paused or self.steps.num_pending > 0
+            if self.workload is not None and stepping:
+                self.workload.tick(self.clock.now(), self._submit_from_workload)
+            if not (stepping and self.lanes.has_work()):
+                self.steps.drop_pending()
+                self.publish(force=False)
+                self.inbox.wake.wait(IDLE_WAIT)
+                continue
+            t0 = time.monotonic()
+            with self.watchdog.step(self.steps.num_done + 1):
+                result, failed = self.lanes.step()
+            self.publisher.dirty = True
+            for out in result.outputs:
+                self._route(out)
+            for rid in result.failed:  # keep what was streamed so far
+                self.ledger.note_error(rid, f"{type(result.error).__name__}: {result.error}")
+                self._route(final_output(rid, self.text_of(rid), StopReason.ERROR))
+            # before step_once() returns, and before a finished request's last output is sent,
+            # so whoever holds that output sees a board (and /metrics) that counts it
+            single = self.steps.num_pending > 0
+            self.publish(force=single or self.clock.paused or self.streams.has_finished)
+            self.streams.send_finished()
+            self.steps.one_done()
+            self._wait_for_pace(t0, ERROR_BACKOFF if failed else 0.0)
+        self.publish(force=True)
+
+    def publish(self, force: bool) -> None:
+        self.publisher.publish(force, self.lanes, self.ledger, self.workload, self.clock)
+
+    def _submit_from_workload(self, prompt, params, owner: str) -> str:
+        rid = self.next_id()
+        try:
+            self.add_request(rid, owner, prompt, preview(prompt), params, 0, None)
+        except RequestRejected:
+            self.workload.on_rejected(rid, self.clock.now())
+        return rid
+
+    def _route(self, out: RequestOutput) -> None:
+        """An output of the first lane: to the ledger, the inspector, its stream, the users."""
+        self.ledger.update(out, self.lanes.first.step)
+        self.publisher.touched(out.request_id)
+        self.streams.deliver(out)
+        if self.workload is not None:
+            self.workload.on_output(out, self.clock.now(), self.lanes.abort)
+
+    def _drain(self) -> None:
+        if self.inbox.drain():
+            self.publisher.dirty = True
+
+    def _wait_for_pace(self, t0: float, at_least: float) -> None:
+        """Sleep out the rest of this step's time slot, answering the inbox meanwhile."""
+        while not self.stop.is_set():
+            left = t0 + self.clock.slot(at_least) - time.monotonic()
+            if left <= 0 or (self.steps.num_pending and self.clock.paused):
+                return
+            self.inbox.wake.wait(min(left, IDLE_WAIT))
+            self.inbox.wake.clear()
+            self._drain()
+            self.publish(force=False)

@@ -1,0 +1,59 @@
+"""Streams: the RequestHandle of each open request, and who hears of finished ones.
+
+Used by the driver thread only. A request's last output is held back until the next
+BoardState is out, so whoever holds it reads a board (and /metrics) that counts it.
+"""
+
+import logging
+from collections.abc import Callable
+
+from engine import RequestOutput, StopReason
+from playground.requests import RequestHandle, final_output
+
+log = logging.getLogger(__name__)
+
+
+class Streams:
+    def __init__(self):
+        self._handles: dict[str, RequestHandle] = {}  # unfinished requests of the first lane
+        self._finished: list[tuple[RequestHandle, RequestOutput]] = []  # sent after a publish
+        self._listeners: list[Callable[[RequestOutput], None]] = []  # e.g. /metrics
+
+    def open(self, handle: RequestHandle) -> None:
+        self._handles[handle.request_id] = handle
+
+    def on_finish(self, fn: Callable[[RequestOutput], None]) -> None:
+        self._listeners.append(fn)
+
+    def deliver(self, out: RequestOutput) -> None:
+        """An output of the first lane: to the listeners if it is the last, and to its handle."""
+        if out.finished:
+            for fn in self._listeners:
+                try:
+                    fn(out)
+                except Exception:  # noqa: BLE001 - a listener must never stop the loop
+                    log.exception("finish listener failed")
+        handle = self._handles.get(out.request_id)
+        if handle is None:
+            return
+        if out.finished:
+            self._finished.append((handle, out))
+            del self._handles[out.request_id]
+        else:
+            handle.put(out)
+
+    @property
+    def has_finished(self) -> bool:
+        return bool(self._finished)
+
+    def send_finished(self) -> None:
+        """Hand out the held-back last outputs (once the board counts them)."""
+        for handle, out in self._finished:
+            handle.put(out)
+        self._finished.clear()
+
+    def close_all(self, text_of: Callable[[str], str], reason: StopReason) -> None:
+        """End every open stream with `reason` and the text it has so far."""
+        for rid, handle in list(self._handles.items()):
+            handle.put(final_output(rid, text_of(rid), reason))
+        self._handles.clear()

@@ -1,0 +1,139 @@
+"""The left column: presets, transport (start / pause / step / reset), pace, the knobs, and the
+visitor's own prompt with its sampling settings."""
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import gradio as gr
+
+from playground import cards
+from playground.driver import EngineDriver
+from playground.scenarios import SCENARIOS, Scenario
+from playground.ui.widgets import html
+from playground.users import ARRIVALS
+
+PACES = ["max", "0.5", "1", "2", "5", "10"]
+MAX_TOKENS_SLIDER = 256  # the slider's end, if the public limit is higher
+
+
+class Knobs(NamedTuple):
+    """The workload and engine knobs, in the order Start takes them (components or values)."""
+
+    scenario: object
+    num_users: object
+    arrival: object
+    rate: object
+    policy: object
+    compare: object
+    budget: object
+    max_seqs: object
+    kv_blocks: object
+
+
+class Sampling(NamedTuple):
+    """The visitor's prompt and its settings, in the order Send takes them."""
+
+    prompt: object
+    max_tokens: object
+    temperature: object
+    top_p: object
+    top_k: object
+    seed: object
+    stop: object
+    logprobs: object
+
+
+@dataclass(frozen=True)
+class Controls:
+    presets: dict[str, gr.Button]
+    note: gr.HTML
+    start: gr.Button
+    pause: gr.Button
+    step: gr.Button
+    reset: gr.Button
+    pace: gr.Dropdown
+    knobs: Knobs
+    sampling: Sampling
+    send: gr.Button
+    cancel: gr.Button
+    send_status: gr.Markdown
+
+
+def scenario_knobs(driver: EngineDriver, sc: Scenario) -> Knobs:
+    """Control values for a preset: its knobs on top of the command line's config."""
+    cfg = sc.engine_config(driver.base_config)
+    kv = cfg.num_kv_blocks or driver.snapshot().kv_blocks_total
+    return Knobs(sc.key, sc.num_users, sc.arrival, sc.arrival_rate, cfg.scheduling_policy,
+                 sc.compare, cfg.max_num_batched_tokens, cfg.max_num_seqs, kv)  # fmt: skip
+
+
+def note(sc: Scenario) -> str:
+    return f'<div class="pg-note"><b>{cards.esc(sc.title)}.</b> {cards.esc(sc.what_to_watch)}</div>'
+
+
+def build_controls(driver: EngineDriver, k0: Knobs) -> Controls:
+    with gr.Column(scale=1, min_width=320, elem_classes="pg-side"):
+        gr.Markdown("#### Presets: one click starts one", elem_classes="pg-h")
+        presets = {
+            key: gr.Button(sc.title, size="sm", elem_classes="pg-preset")
+            for key, sc in SCENARIOS.items()
+        }
+        note_html = html(note(SCENARIOS[k0.scenario]))
+        with gr.Row(elem_classes="pg-transport"):
+            start = gr.Button(
+                "▶ Start", variant="primary", size="sm", min_width=60, elem_id="pg-start"
+            )
+            pause = gr.Button("Pause", size="sm", min_width=60, elem_id="pg-pause")
+            step = gr.Button("Step", size="sm", min_width=60, elem_id="pg-step")
+            reset = gr.Button("Reset", size="sm", variant="stop", min_width=60, elem_id="pg-reset")
+        pace0 = driver.state().pace
+        pace = gr.Dropdown(
+            PACES,
+            value="max" if pace0 is None else f"{pace0:g}",
+            allow_custom_value=True,
+            label="pace: steps per second",
+        )
+        with gr.Accordion("Workload and engine knobs", open=False):
+            knobs = Knobs(
+                gr.Dropdown(
+                    [(s.title, k) for k, s in SCENARIOS.items()], value=k0.scenario,
+                    label="scenario",
+                ),
+                gr.Slider(1, 32, value=k0.num_users, step=1, label="simulated users"),
+                gr.Radio(list(ARRIVALS), value=k0.arrival, label="arrivals"),
+                gr.Slider(0.2, 10, value=k0.rate, step=0.1, label="arrival rate (users/s)"),
+                gr.Radio(["continuous", "static"], value=k0.policy, label="policy"),
+                gr.Checkbox(k0.compare, label="compare static vs continuous"),
+                gr.Slider(16, 2048, value=k0.budget, step=16, label="token budget / step"),
+                gr.Slider(1, 64, value=k0.max_seqs, step=1, label="max sequences per step"),
+                gr.Slider(8, 4096, value=k0.kv_blocks, step=8, label="KV blocks"),
+            )  # fmt: skip
+        sampling = _build_prompt(driver.limits.max_tokens)
+        with gr.Row():
+            send = gr.Button("Send", variant="primary", size="sm", elem_id="pg-send")
+            cancel = gr.Button("Cancel mine", size="sm")
+        send_status = gr.Markdown("", elem_id="pg-send-status")
+    return Controls(presets, note_html, start, pause, step, reset, pace, knobs, sampling, send,
+                    cancel, send_status)  # fmt: skip
+
+
+def _build_prompt(max_tokens: int) -> Sampling:
+    gr.Markdown("#### Your prompt", elem_classes="pg-h")
+    prompt = gr.Textbox(
+        placeholder="Ask anything. It joins the same batch.",
+        lines=2,
+        show_label=False,
+        elem_id="pg-prompt",
+    )
+    with gr.Accordion("Sampling", open=False):
+        return Sampling(
+            prompt,
+            gr.Slider(1, min(MAX_TOKENS_SLIDER, max_tokens), value=min(48, max_tokens), step=1,
+                      label="max_tokens", elem_id="pg-max-tokens"),
+            gr.Slider(0, 2, value=0.7, step=0.05, label="temperature"),
+            gr.Slider(0.05, 1, value=0.95, step=0.05, label="top_p"),
+            gr.Slider(0, 100, value=0, step=1, label="top_k (0 = off)"),
+            gr.Number(-1, precision=0, label="seed (-1 = random)"),
+            gr.Textbox("", label="stop strings, separated by |"),
+            gr.Checkbox(True, label="logprobs: hover a token of your answer"),
+        )  # fmt: skip

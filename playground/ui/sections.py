@@ -1,0 +1,102 @@
+"""The board's other sections: the top (intro, stat tiles, watchdog banner), the charts next
+to the cards, the tabs below (step log, inspector, compare), and the hidden parts the one
+timer drives."""
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from playground.ui.widgets import html, plot
+from playground.views import COMPARE_KEYS, PLOT_KEYS
+
+INTRO = """
+<div class="pg-hero"><h1>Continuous batching, live</h1>
+<p>Simulated users and <b>you</b> share <b>one</b> LLM engine running in this process. Every
+step the scheduler picks which sequences run and how many of their tokens fit the budget, then
+does <b>one</b> forward pass for all of them over a paged KV cache. Nothing here is animated:
+the charts are measured from real model forwards.</p></div>
+"""
+
+
+@dataclass(frozen=True)
+class Top:
+    stats: gr.HTML
+    alert: gr.HTML  # the watchdog's word when a step hangs
+
+
+@dataclass(frozen=True)
+class Tabs:
+    log: gr.HTML
+    inspector_tab: gr.Tab
+    inspect_rid: gr.Dropdown
+    refresh_ids: gr.Button
+    inspector: gr.HTML
+    scoreboard: gr.HTML
+
+
+@dataclass(frozen=True)
+class Refresh:
+    """What the timer moves. The hidden versions change when the board did, and their
+    .change events redraw: the text every tick, the charts at most every CHART_INTERVAL_S
+    (the browser redraws every chart it gets). One tick returning every figure, gr.skip()
+    for the unchanged ones, would cost Gradio ~1 ms per skipped output on every tick."""
+
+    version: gr.Number
+    chart_version: gr.Number
+    compare_version: gr.Number
+    charts_at: gr.State  # time.monotonic() of this session's last chart redraw
+    sent: gr.State  # chart -> revision this session has
+    sent_compare: gr.State
+    figures: gr.Textbox  # {chart: figure} JSON for assets/charts.js
+    compare_figures: gr.Textbox
+    timer: gr.Timer
+
+
+def build_top() -> Top:
+    with gr.Row(elem_classes="pg-top"):
+        html(INTRO)
+        stats = html(elem_id="pg-stats")
+    return Top(stats, html(elem_id="pg-alert"))
+
+
+def build_board(first: dict[str, str]) -> gr.HTML:
+    """The cards and, under them, the seven charts; returns the cards' HTML."""
+    with gr.Column(scale=3):
+        board = html(elem_id="pg-board")
+        for row in (PLOT_KEYS[:2], PLOT_KEYS[2:4], PLOT_KEYS[4:]):
+            with gr.Row():
+                for key in row:
+                    plot(key, first, elem_classes="pg-plot")
+    return board
+
+
+def build_tabs(first: dict[str, str]) -> Tabs:
+    with gr.Tabs():
+        with gr.Tab("Step log"):
+            log = html(elem_id="pg-log")
+        with gr.Tab("Sequence inspector") as inspector_tab:
+            with gr.Row():
+                inspect_rid = gr.Dropdown([], label="request", allow_custom_value=True, scale=4)
+                refresh_ids = gr.Button("↻ list requests", size="sm", scale=1)
+            inspector = html()
+        with gr.Tab("Compare: static vs continuous"):
+            scoreboard = html()
+            for row in (COMPARE_KEYS[:2], COMPARE_KEYS[2:]):
+                with gr.Row():
+                    for key in row:
+                        plot(key, first)
+    return Tabs(log, inspector_tab, inspect_rid, refresh_ids, inspector, scoreboard)
+
+
+def build_refresh(tick_s: float) -> Refresh:
+    return Refresh(
+        version=gr.Number(-1, visible=False),
+        chart_version=gr.Number(-1, visible=False),
+        compare_version=gr.Number(-1, visible=False),
+        charts_at=gr.State(0.0),
+        sent=gr.State({}),
+        sent_compare=gr.State({}),
+        figures=gr.Textbox(visible=False),
+        compare_figures=gr.Textbox(visible=False),
+        timer=gr.Timer(tick_s),
+    )

@@ -1,0 +1,80 @@
+"""What a redraw sends: the board's HTML and only the charts a session lacks, cheaply."""
+
+import json
+import statistics
+import time
+from dataclasses import replace
+
+import gradio as gr
+
+from engine.llm_engine import MAX_FINISHED_KEPT
+from engine.telemetry import MAX_LATENCY_SAMPLES, MAX_STEP_RECORDS
+from playground.charts import MAX_KV_CELLS
+from playground.views import (
+    COMPARE_KEYS,
+    PLOT_KEYS,
+    FigureCache,
+    board_values,
+    chart_values,
+    compare_values,
+)
+from tests.playground.boards import busy_board
+
+
+def test_a_redraw_of_a_full_board_costs_little():
+    """The issue's budget: a refresh under 30 ms with 32 users and 500 steps, with every
+    history at the engine's caps (the HTML and the chart JSON Gradio sends of a new version).
+    The median of several runs after a warm-up, so a busy CI core does not decide it."""
+    boards = [
+        busy_board(
+            num_users=32,
+            num_steps=MAX_STEP_RECORDS,
+            version=v,
+            num_finished=MAX_FINISHED_KEPT,
+            num_samples=MAX_LATENCY_SAMPLES,
+            kv_blocks=MAX_KV_CELLS,
+        )
+        for v in range(1, 10)
+    ]
+    snap = boards[0].snapshot
+    assert len(snap.steps) >= 500 and len(snap.ttfts) == MAX_LATENCY_SAMPLES
+    assert len(snap.requests) == 32 + MAX_FINISHED_KEPT and len(boards[0].users) == 32
+    costs = []
+    for state in boards:
+        t0 = time.perf_counter()
+        html = board_values(state, "visitor:me", None, ())
+        sent, figures = chart_values(state, FigureCache())
+        costs.append(time.perf_counter() - t0)
+    assert all(isinstance(h, str) for h in html) and set(sent) == set(PLOT_KEYS)
+    assert set(json.loads(figures)) == set(PLOT_KEYS)  # every chart was built and sent
+    median = statistics.median(costs[2:])  # the first two warm up imports and caches
+    print(f"redraw cost at the caps, 32 users x {MAX_STEP_RECORDS} steps: median "
+          f"{median * 1000:.1f} ms, runs {[round(c * 1000, 1) for c in costs]}")  # fmt: skip
+    assert median < 0.030, f"{median * 1000:.1f} ms"
+
+
+def test_a_session_is_sent_only_the_charts_that_changed():
+    cache = FigureCache()
+    board = busy_board(num_users=4, num_steps=20, version=1)
+    sent, figures = chart_values(board, cache)
+    figures = json.loads(figures)  # {chart: plotly figure}, as assets/charts.js reads it
+    assert list(figures) == list(PLOT_KEYS) and all("data" in f for f in figures.values())
+    assert figures["batch"]["layout"]["title"]["text"] == "Tokens per step"
+    same_charts = replace(board, version=2, paused=True)  # new version, same charts
+    assert chart_values(same_charts, cache, sent) == [sent, gr.skip()]
+    _, other_session = chart_values(same_charts, cache, {})
+    assert json.loads(other_session) == figures
+    more = busy_board(num_users=4, num_steps=21, version=3)  # one step later
+    _, changed = chart_values(more, cache, sent)
+    assert "batch" in json.loads(changed) and "stops" not in json.loads(changed)
+
+
+def test_compare_charts_are_drawn_only_in_compare_mode():
+    board = busy_board(num_users=4, num_steps=20)
+    cache = FigureCache()
+    assert compare_values(board, cache) == [{}, gr.skip()]
+    lanes = ("continuous", "static")
+    both = replace(board, version=2, lanes=lanes, snapshots=dict.fromkeys(lanes, board.snapshot),
+                   stats=dict.fromkeys(lanes, board.stats["main"]))  # fmt: skip
+    sent, figures = compare_values(both, cache)
+    assert list(json.loads(figures)) == list(COMPARE_KEYS) and set(sent) == set(COMPARE_KEYS)
