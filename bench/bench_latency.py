@@ -3,8 +3,9 @@
 One prompt of --prompt-len tokens (from bench/corpus.txt), greedy, ignore_eos, --max-tokens
 output tokens, run alone --iters times after --warmup untimed runs, the systems taking turns
 (round-robin). Decode ms/token = (last token - first token) / (tokens - 1); prefill = time to
-the first token. Medians. `engine_compiled` is the engine with torch_compile=True (compiling
-takes a minute or two first).
+the first token. Medians. `engine` runs the engine's native forward (model_impl "auto"),
+`engine_transformers` the model's transformers modules, `engine_compiled` those modules with
+torch_compile=True (compiling takes a minute or two first).
 
     python bench/bench_latency.py
 """
@@ -29,9 +30,10 @@ from bench.workload import corpus_token_ids  # noqa: E402
 from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 from engine.loader import load_model  # noqa: E402
 
-SYSTEMS = ("engine", "engine_compiled", "engine_hf_cache", "hf_generate")
+SYSTEMS = ("engine", "engine_transformers", "engine_compiled", "engine_hf_cache", "hf_generate")
 ENGINE_OVERRIDES = {
-    "engine": {},
+    "engine": {},  # model_impl "auto": the native forward for SmolLM2
+    "engine_transformers": {"model_impl": "transformers"},  # the model's own modules
     "engine_compiled": {"torch_compile": True},  # compiled when the engine is made
     "engine_hf_cache": {"kv_backend": "hf_cache"},
 }
@@ -116,7 +118,7 @@ def main():
         for n, r in results.items()
     ]
     per_token = {n: r["decode_ms_per_token"] for n, r in results.items()}
-    for name in ("engine", "engine_compiled"):
+    for name in ("engine", "engine_transformers", "engine_compiled"):
         if name in per_token and "hf_generate" in per_token:
             parts.append(f"generate/{name} {per_token['hf_generate'] / per_token[name]:.2f}x")
     print(

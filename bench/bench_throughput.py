@@ -1,10 +1,13 @@
-"""Throughput benchmark (issue 3): the engine against transformers' own ways to serve a batch.
+"""Throughput benchmark: the engine against transformers' own ways to serve a batch.
 
 One fixed-seed workload (bench/workload.py), greedy, ignore_eos, every request arriving at
-t=0, run in ONE process on ONE model object by up to seven systems:
+t=0, run in ONE process on ONE model object by up to eight systems:
 
-  engine_continuous  LLMEngine, paged KV cache, continuous batching (the product)
-  engine_compiled    the same with torch_compile=True (compiled before the clock starts)
+  engine_continuous  LLMEngine, paged KV cache, continuous batching (the product; for
+                     SmolLM2 model_impl "auto" runs the engine's native forward)
+  engine_transformers  the same on the model's transformers modules (model_impl="transformers")
+  engine_compiled    the transformers modules with torch_compile=True (compiled before the
+                     clock starts)
   engine_static      LLMEngine, paged KV cache, static batching (a new batch when none runs)
   engine_hf_cache    LLMEngine, one transformers DynamicCache and one forward per sequence
   hf_generate        transformers `generate`, one request at a time
@@ -50,6 +53,7 @@ from engine.telemetry import percentile  # noqa: E402
 
 SYSTEMS = {  # name -> table label
     "engine_continuous": "engine paged/continuous",
+    "engine_transformers": "engine paged/continuous, transformers modules",
     "engine_compiled": "engine paged/continuous, torch.compile",
     "engine_static": "engine paged/static",
     "engine_hf_cache": "engine hf_cache",
@@ -374,6 +378,11 @@ def run_system(name, model, tokenizer, workload, args, guard: NoiseGuard) -> Run
     stall, start = cpu_stall_us(), time.monotonic()
     if name == "engine_continuous":
         run = run_engine(model, tokenizer, workload, args, guard, scheduling_policy="continuous")
+    elif name == "engine_transformers":
+        run = run_engine(
+            model, tokenizer, workload, args, guard, scheduling_policy="continuous",
+            model_impl="transformers",
+        )  # fmt: skip
     elif name == "engine_compiled":
         run = run_engine(
             model, tokenizer, workload, args, guard, scheduling_policy="continuous",

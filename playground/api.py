@@ -14,11 +14,10 @@ format itself (bodies, errors, response objects) is in playground/openai_protoco
 """
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
-import queue
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -273,42 +272,27 @@ def _submit(d: EngineDriver, job: CompletionJob, owner: str) -> RequestHandle:
 # -- reading the driver's output stream
 async def _outputs(handle: RequestHandle):
     """The handle's RequestOutputs without blocking the event loop, plus a None every
-    HEARTBEAT_S without one. A helper thread waits on the handle's queue and passes items on.
-    """
+    HEARTBEAT_S without one. The driver thread hands each item straight to the loop."""
     loop = asyncio.get_running_loop()
     inbox: asyncio.Queue = asyncio.Queue()
-    done = threading.Event()
 
-    def pump():
-        while not done.is_set():
-            try:
-                item = handle.get(timeout=HEARTBEAT_S)
-            except queue.Empty:
-                continue
-            except Exception as exc:  # noqa: BLE001 - re-raised in the loop
-                item = exc
-            try:
-                loop.call_soon_threadsafe(inbox.put_nowait, item)
-            except RuntimeError:  # the event loop closed
-                return
-            if isinstance(item, Exception) or item.finished:
-                return
+    def to_loop(item) -> None:  # on the driver thread
+        with contextlib.suppress(RuntimeError):  # the event loop closed
+            loop.call_soon_threadsafe(inbox.put_nowait, item)
 
-    threading.Thread(target=pump, name=f"api-{handle.request_id}", daemon=True).start()
-    try:
-        while True:
-            try:
-                item = await asyncio.wait_for(inbox.get(), HEARTBEAT_S)
-            except TimeoutError:
-                yield None
-                continue
-            if isinstance(item, Exception):
-                raise item
-            yield item
-            if item.finished:
-                return
-    finally:
-        done.set()
+    handle.listen(to_loop)
+    while True:
+        try:
+            async with asyncio.timeout(HEARTBEAT_S):
+                item = await inbox.get()
+        except TimeoutError:
+            yield None
+            continue
+        if isinstance(item, Exception):
+            raise item
+        yield item
+        if item.finished:
+            return
 
 
 async def _respond(request: Request, d: EngineDriver, handle: RequestHandle, tracker):

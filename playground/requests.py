@@ -1,8 +1,10 @@
 """Requests as the playground sees them: the stream handle, the ledger and its records."""
 
 import queue
+import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from engine import CompletionOutput, QueueFullError, RequestMetrics, RequestOutput, StopReason
@@ -32,10 +34,28 @@ class RequestHandle:
         self.request_id = request_id
         self.owner = owner
         self._queue: queue.Queue = queue.Queue()
+        self._listener: Callable[[RequestOutput | RequestRejected], None] | None = None
+        self._lock = threading.Lock()  # put() against listen()
 
     def put(self, item: RequestOutput | RequestRejected) -> None:
-        """Called by the driver thread: the next output, or the refusal get() raises."""
-        self._queue.put(item)
+        """Called by the driver thread: the next output, or the refusal get() raises; it goes
+        to the listener instead of the queue once one listens."""
+        with self._lock:
+            listener = self._listener
+            if listener is None:
+                self._queue.put(item)
+                return
+        listener(item)
+
+    def listen(self, fn: Callable[[RequestOutput | RequestRejected], None]) -> None:
+        """Hand every item to `fn` (on the driver thread) instead of queueing it: what is
+        queued already first, in order. For an event loop, which must not block in get():
+        no waiting thread per stream, so no thread wakes (and takes the GIL from the driver)
+        per token."""
+        with self._lock:
+            while not self._queue.empty():
+                fn(self._queue.get_nowait())
+            self._listener = fn
 
     def get(self, timeout: float | None = None) -> RequestOutput:
         """Next output; raises queue.Empty after timeout, RequestRejected if refused."""
