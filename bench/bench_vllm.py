@@ -218,13 +218,15 @@ def parse_args():
     parser.add_argument("--max-num-seqs", type=int, default=64, help="the engine's")
     parser.add_argument("--max-num-batched-tokens", type=int, default=2048, help="the engine's")
     parser.add_argument("--batch1-prompt-len", type=int, default=64)
-    parser.add_argument("--batch1-max-tokens", type=int, default=128)
-    parser.add_argument("--batch1-iters", type=int, default=3)
+    parser.add_argument("--batch1-max-tokens", type=int, default=None, help="128 (--quick: 32)")
+    parser.add_argument("--batch1-iters", type=int, default=None, help="3 (--quick: 1)")
     parser.add_argument(
         "--max-load", type=float, default=1.0,
         help="before each timed run wait until the 1-minute load average is under this",
     )  # fmt: skip
-    parser.add_argument("--quiet-cap", type=float, default=120.0, help="... for at most this, s")
+    parser.add_argument(
+        "--quiet-cap", type=float, default=None, help="... for at most this, s: 120 (--quick: 10)"
+    )
     parser.add_argument("--vllm-python", default=str(ROOT / ".venv-vllm" / "bin" / "python"))
     parser.add_argument("--kv-cache-gib", type=int, default=2, help="VLLM_CPU_KVCACHE_SPACE")
     parser.add_argument(
@@ -244,8 +246,10 @@ def parse_args():
         setattr(args, name, chosen)
     if "vllm" in args.systems and not Path(args.vllm_python).exists():
         parser.error(f"--vllm-python: {args.vllm_python} not found; `make bench-vllm` builds it")
-    if args.quick:
-        args.batch1_max_tokens, args.batch1_iters, args.quiet_cap = 32, 1, 10.0
+    defaults = {"batch1_max_tokens": (128, 32), "batch1_iters": (3, 1), "quiet_cap": (120.0, 10.0)}
+    for name, (full, quick) in defaults.items():  # --quick changes only what is not given
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
     if args.batch1_max_tokens < 2:
         parser.error(f"--batch1-max-tokens must be at least 2, got {args.batch1_max_tokens}")
     return args
