@@ -93,6 +93,18 @@ def run_worker(system: str, job: dict, args, log_path: Path) -> dict:
     }
 
 
+def num_kv_blocks(args, dtype: str, block_size: int = 16) -> int:
+    """The engine's KV blocks in the KV cache space vLLM gets (--kv-cache-gib), so both
+    systems hold the same number of tokens: in process and behind the server alike (the
+    board's default pool is small, for a readable block map)."""
+    config = json.loads((Path(args.model_dir) / "config.json").read_text())
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    kv_heads = config.get("num_key_value_heads") or config["num_attention_heads"]
+    per_block = 2 * config["num_hidden_layers"] * block_size * kv_heads * head_dim  # K and V
+    per_block *= 4 if dtype == "float32" else 2
+    return args.kv_cache_gib * 2**30 // per_block
+
+
 def run_http(system: str, dtype: str, workload, args, log_path: Path) -> dict:
     port = free_port()
     if system == "engine":
@@ -100,6 +112,7 @@ def run_http(system: str, dtype: str, workload, args, log_path: Path) -> dict:
             sys.executable, "app.py", "--port", str(port), "--dtype", dtype,
             "--max-num-seqs", str(args.max_num_seqs),
             "--max-num-batched-tokens", str(args.max_num_batched_tokens),
+            "--num-kv-blocks", str(num_kv_blocks(args, dtype)),
             "--limit-in-flight", str(len(workload)),  # one client, every request in flight
             "--request-timeout", "0",
         ]  # fmt: skip
@@ -123,6 +136,7 @@ def run_system(system: str, dtype: str, parts: list[str], workload, batch1_promp
             "parts": parts, "dtype": dtype, "model_dir": args.model_dir,
             "max_model_len": MAX_MODEL_LEN, "max_num_seqs": args.max_num_seqs,
             "max_num_batched_tokens": args.max_num_batched_tokens, "workload": workload,
+            "num_kv_blocks": num_kv_blocks(args, dtype),
             "batch1_prompt": batch1_prompt, "batch1_max_tokens": args.batch1_max_tokens,
             "batch1_iters": args.batch1_iters, "max_load": args.max_load,
             "quiet_cap_s": args.quiet_cap,

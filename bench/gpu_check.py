@@ -34,9 +34,10 @@ if str(ROOT) not in sys.path:  # `python bench/gpu_check.py` from the repo root
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList  # noqa: E402
+from transformers import LogitsProcessorList  # noqa: E402
 from transformers.generation.configuration_utils import ContinuousBatchingConfig  # noqa: E402
 
+from bench.common import StepTimes, greedy_config  # noqa: E402
 from bench.random_models import EOS_TOKEN_ID, random_model, word_tokenizer  # noqa: E402
 from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 
@@ -92,24 +93,6 @@ def run_engine(model, tokenizer, requests, device):
     return wall, [list(o.token_ids) for o in outs], [o.metrics.tpot for o in outs]
 
 
-class StepTimes(LogitsProcessor):
-    """When each decoding step's logits reach the processor (generate syncs once a step)."""
-
-    def __init__(self):
-        self.times: list[float] = []
-
-    def __call__(self, input_ids, scores):
-        self.times.append(time.perf_counter())
-        return scores
-
-
-def greedy_config(max_new_tokens: int) -> GenerationConfig:
-    # eos_token_id=-1: never stop early (ignore_eos) without masking the EOS logit
-    return GenerationConfig(
-        max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=-1, pad_token_id=EOS_TOKEN_ID
-    )
-
-
 @torch.inference_mode()
 def generate_static(model, requests, device):
     """One `generate` over all `requests`, left padded: (token ids per request, step times)."""
@@ -123,7 +106,7 @@ def generate_static(model, requests, device):
     out = model.generate(
         input_ids=input_ids.to(device),
         attention_mask=mask.to(device),
-        generation_config=greedy_config(max(m for _, m in requests)),
+        generation_config=greedy_config(max(m for _, m in requests), EOS_TOKEN_ID),
         logits_processor=LogitsProcessorList([timer]),
     )
     new = out[:, width:].tolist()
@@ -160,7 +143,7 @@ def cb_generate(model, requests, config):
     """(start, results in request order): start once the manager is up (cache allocated).
     Not under inference_mode: transformers 5.17's generation thread writes in place to
     tensors its manager makes here, which inference_mode would forbid."""
-    gen_config = greedy_config(max(m for _, m in requests))
+    gen_config = greedy_config(max(m for _, m in requests), EOS_TOKEN_ID)
     results = {}
     with model.continuous_batching_context_manager(
         generation_config=gen_config, continuous_batching_config=config, block=True, timeout=60

@@ -46,6 +46,7 @@ def engine_system(job: dict):
         dtype=job["dtype"],
         max_num_seqs=job["max_num_seqs"],
         max_num_batched_tokens=job["max_num_batched_tokens"],
+        num_kv_blocks=job["num_kv_blocks"],
     )
     ids = iter(range(1 << 62))
 
