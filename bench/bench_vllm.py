@@ -40,11 +40,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # `python bench/bench_vllm.py` from the repo root
     sys.path.insert(0, str(ROOT))
 
-from transformers import AutoTokenizer  # noqa: E402
+from transformers import AutoConfig, AutoTokenizer  # noqa: E402
 
 from bench.peer_http import free_port, run_server  # noqa: E402
 from bench.workload import corpus_token_ids, describe, make_workload  # noqa: E402
 from engine.loader import _resolve_source  # noqa: E402
+from engine.model_runner import kv_geometry  # noqa: E402
 from engine.telemetry import percentile  # noqa: E402
 
 PARTS = ("offline", "http", "batch1")
@@ -97,10 +98,8 @@ def num_kv_blocks(args, dtype: str, block_size: int = 16) -> int:
     """The engine's KV blocks in the KV cache space vLLM gets (--kv-cache-gib), so both
     systems hold the same number of tokens: in process and behind the server alike (the
     board's default pool is small, for a readable block map)."""
-    config = json.loads((Path(args.model_dir) / "config.json").read_text())
-    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
-    kv_heads = config.get("num_key_value_heads") or config["num_attention_heads"]
-    per_block = 2 * config["num_hidden_layers"] * block_size * kv_heads * head_dim  # K and V
+    num_layers, num_kv_heads, head_dim = kv_geometry(AutoConfig.from_pretrained(args.model_dir))
+    per_block = 2 * num_layers * block_size * num_kv_heads * head_dim  # K and V elements
     per_block *= 4 if dtype == "float32" else 2
     return args.kv_cache_gib * 2**30 // per_block
 

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass, fields
 
-from engine.validation import check_int
+from engine.validation import FieldError, check_choice, check_int
 
 SCHEDULING_POLICIES = ("continuous", "static")
 KV_BACKENDS = ("paged", "hf_cache")
@@ -38,23 +38,18 @@ class EngineConfig:
             check_int("num_kv_blocks", self.num_kv_blocks, low=1)
         if self.max_model_len is not None:
             check_int("max_model_len", self.max_model_len, low=2)
-        if self.scheduling_policy not in SCHEDULING_POLICIES:
-            raise ValueError(
-                f"scheduling_policy must be one of {SCHEDULING_POLICIES}, "
-                f"got {self.scheduling_policy!r}"
-            )
-        if self.kv_backend not in KV_BACKENDS:
-            raise ValueError(f"kv_backend must be one of {KV_BACKENDS}, got {self.kv_backend!r}")
-        if self.model_impl not in MODEL_IMPLS:
-            raise ValueError(f"model_impl must be one of {MODEL_IMPLS}, got {self.model_impl!r}")
-        if self.model_impl == "native" and self.torch_compile:
-            raise ValueError(
-                "model_impl='native' cannot be compiled: torch_compile=True compiles the "
-                "transformers modules (model_impl='transformers' or 'auto')"
-            )
+        check_choice("scheduling_policy", self.scheduling_policy, SCHEDULING_POLICIES)
+        check_choice("kv_backend", self.kv_backend, KV_BACKENDS)
+        check_choice("model_impl", self.model_impl, MODEL_IMPLS)
         for name in ("enable_chunked_prefill", "enable_prefix_caching", "torch_compile"):
             if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+                raise FieldError(name, f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.model_impl == "native" and self.torch_compile:
+            raise FieldError(
+                "model_impl",
+                "model_impl='native' cannot be compiled: torch_compile=True compiles the "
+                "transformers modules (model_impl='transformers' or 'auto')",
+            )
 
     @classmethod
     def field_names(cls) -> set[str]:

@@ -39,9 +39,9 @@ class FusedLinear:
             weight = torch.cat([m.weight for m in linears]).contiguous()  # (out, in)
             biases = [m.bias for m in linears]
             if any(b is not None for b in biases):
-                biases = [torch.zeros(m.out_features) if b is None else b
+                biases = [b if b is not None else weight.new_zeros(m.out_features)
                           for m, b in zip(linears, biases, strict=True)]  # fmt: skip
-                bias = torch.cat(biases).to(weight)
+                bias = torch.cat(biases).to(weight.dtype)
             else:
                 bias = None
         self.out_features, self.in_features = weight.shape

@@ -24,6 +24,7 @@ from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler, SchedulerOutputs
 from engine.sequence import Sequence, SequenceGroup, StepClock, StopReason
 from engine.telemetry import EngineSnapshot, RequestState, StepEvent, StepRecord, Telemetry
+from engine.validation import FieldError
 
 logger = logging.getLogger(__name__)
 
@@ -409,18 +410,17 @@ class LLMEngine:
 
 
 def _resolve_model_impl(config: EngineConfig, backend: str, model) -> str:
-    """What the runner will run, "native" or "transformers"; ValueError if "native" cannot."""
-    if config.model_impl == "transformers" or (
-        config.model_impl == "auto" and (backend != "paged" or config.torch_compile)
-    ):
+    """What the runner will run, "native" or "transformers"; FieldError if "native" cannot."""
+    if config.model_impl == "transformers":
         return "transformers"
-    reason = native_unsupported_reason(model)
-    if config.model_impl == "native" and backend != "paged":
+    if backend != "paged":
         reason = f"kv_backend={backend!r} runs the transformers modules"
-    if reason is None:
+    else:
+        reason = native_unsupported_reason(model)
+    if config.model_impl == "native" and reason is not None:
+        raise FieldError("model_impl", f"model_impl='native' cannot serve this model: {reason}")
+    if config.model_impl == "native" or (reason is None and not config.torch_compile):
         return "native"
-    if config.model_impl == "native":
-        raise ValueError(f"model_impl='native' cannot serve this model: {reason}")
     return "transformers"
 
 

@@ -94,7 +94,8 @@ class NativeLayer:
 
 class NativeDecoder:
     """Callable like the runner's model forward, but on plain tensors:
-    (input_ids (T,), positions (T,), logits_indices (S,)) -> logits (S, vocab)."""
+    (input_ids (T,), positions (T,), logits_indices (S,)) -> logits (S, vocab). Run it under
+    torch.inference_mode(), as ModelRunner.execute does."""
 
     def __init__(self, model, pack: bool = True):
         reason = unsupported_reason(model)
@@ -108,7 +109,6 @@ class NativeDecoder:
         self.lm_head = FusedLinear([model.lm_head], pack)
         self.is_packed = self.lm_head.is_packed
 
-    @torch.inference_mode()
     def __call__(self, input_ids, positions, logits_indices) -> torch.Tensor:
         x = self.embed_tokens(input_ids)  # (T, hidden)
         cos, sin = self.rotary_emb(x, positions.unsqueeze(0))  # (1, T, D) each

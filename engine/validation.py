@@ -15,3 +15,9 @@ def check_int(name: str, value, low: int, high: int | None = None) -> None:
     if not ok or (high is not None and value > high):
         rng = f"in [{low}, {high}]" if high is not None else f">= {low}"
         raise FieldError(name, f"{name} must be an integer {rng}, got {value!r}")
+
+
+def check_choice(name: str, value, choices: tuple) -> None:
+    """FieldError unless `value` is one of `choices`."""
+    if value not in choices:
+        raise FieldError(name, f"{name} must be one of {choices}, got {value!r}")

@@ -13,6 +13,7 @@ from tests.engine.checks import GreedyChecker
 from tests.tiny_models import TINY, TINY_ARCHS, make_engine, make_tiny_pair
 
 
+@torch.inference_mode()
 def _runner_logits(engine, prompt: list[int], extra: list[int]) -> torch.Tensor:
     """Logits of a prefill of `prompt`, then one decode step per token of `extra`, through
     the engine's runner forward (whichever implementation it runs)."""
