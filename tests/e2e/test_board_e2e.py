@@ -101,6 +101,10 @@ def test_board_end_to_end(page, tmp_path):
 
 
 def test_a_visitor_who_leaves_has_their_request_cancelled(page, browser):
+    # Paused, the visitor's request waits and cannot finish by itself (EOS or max_tokens):
+    # only the tab's unload can end it. The engine hands an aborted request's output out with
+    # its next step, so the board is then stepped by hand, fewer times than it has tokens.
+    page.click("#pg-step")  # pauses the board
     other = browser.new_context(viewport={"width": 1200, "height": 900}).new_page()
     other.goto(page.url)
     other.wait_for_selector("#pg-board .pg-cards", timeout=60_000)
@@ -109,4 +113,12 @@ def test_a_visitor_who_leaves_has_their_request_cancelled(page, browser):
     other.wait_for_function("() => document.querySelector('#pg-send-status').textContent"
                             ".includes('Sent as')", timeout=30_000)  # fmt: skip
     other.context.close()  # the tab goes away: demo.unload aborts what it left running
-    page.wait_for_function(f"() => ({OTHER_VISITOR})('pg-stop-cancelled')", timeout=60_000)
+    page.wait_for_timeout(3000)  # the unload runs in the server's background
+    cancelled = f"() => ({OTHER_VISITOR})('pg-stop-cancelled')"
+    for _ in range(20):  # the visitor asked for 48 tokens
+        page.click("#pg-step")
+        with contextlib.suppress(PlaywrightTimeout):
+            page.wait_for_function(cancelled, timeout=2000)
+            break
+    assert page.evaluate(cancelled), "the visitor's request was not cancelled when they left"
+    page.click("#pg-pause")  # Resume
