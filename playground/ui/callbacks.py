@@ -19,6 +19,7 @@ from playground import cards, public
 from playground.audience import Audience
 from playground.driver import EngineDriver, RequestRejected
 from playground.inspector import render_inspector
+from playground.remote.views import render_banner
 from playground.scenarios import SCENARIOS
 from playground.ui.controls import note, scenario_knobs
 from playground.views import FigureCache, board_values, chart_values, compare_values
@@ -72,7 +73,7 @@ class BoardCallbacks:
         is part of the answer."""
         state, now = self.driver.state(), time.monotonic()
         changed = state.version != seen
-        warning = cards.render_alert(self.driver.stuck_for())
+        warning = cards.render_alert(self.driver.stuck_for()) or render_banner(state)
         if not warning and not changed:
             warning = gr.skip()  # nothing shown (the last new version cleared it)
         slowdown = self.audience.slowdown(request.session_hash, now)
