@@ -7,6 +7,7 @@ The finish reasons are put in vLLM's words (`stop`, `length`, `abort`, `error`, 
 where a server labels them with this project's stop reasons.
 """
 
+import itertools
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -115,17 +116,13 @@ def grown(samples, field_name: str) -> float | None:
 
 
 def finished_grown(samples) -> dict[str, float]:
-    """Requests finished over `samples`, by finished_reason (restarts folded in)."""
+    """Requests finished over `samples`, by finished_reason (restarts folded in). A scrape
+    without the series counts as none finished yet: a server may export a reason only once
+    a request has finished so."""
     total: dict[str, float] = {}
-    prev: dict[str, float] | None = None
-    for s in samples:
-        if s.finished is None:
-            continue
-        if prev is not None:
-            for reason, value in s.finished.items():
-                before = prev.get(reason, 0.0)
-                total[reason] = total.get(reason, 0.0) + (
-                    value - before if value >= before else value
-                )
-        prev = s.finished
+    for before, now in itertools.pairwise(samples):
+        prev = before.finished or {}
+        for reason, value in (now.finished or {}).items():
+            old = prev.get(reason, 0.0)
+            total[reason] = total.get(reason, 0.0) + (value - old if value >= old else value)
     return total
