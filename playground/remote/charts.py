@@ -134,7 +134,7 @@ def stops_spec(snap: RemoteSnapshot, title: str = "Why requests stopped") -> dic
                                      ("server: vllm:request_success", server, "#94a3b8"))
     ]  # fmt: skip
     top = max([*mine.values(), *server.values(), 0])
-    note = "the server counts every client's requests; vLLM leaves out those a client cancelled"
+    note = "the server counts all its clients; vLLM leaves out cancelled ones"
     return _spec(_title(title, note), traces, height=290, barmode="group",
                  yaxis={"title": {"text": "requests"}, "range": [0, max(1, top) * 1.25]},
                  margin={"l": 48, "r": 12, "t": 72, "b": 36})  # fmt: skip

@@ -67,8 +67,15 @@ def scenario_knobs(driver: EngineDriver, sc: Scenario) -> Knobs:
                  sc.compare, cfg.max_num_batched_tokens, cfg.max_num_seqs, kv)  # fmt: skip
 
 
-def note(sc: Scenario) -> str:
-    return f'<div class="pg-note"><b>{cards.esc(sc.title)}.</b> {cards.esc(sc.what_to_watch)}</div>'
+REMOTE_NOTE = (
+    " On a remote server the preset sends the same users, but the engine knobs it names are "
+    "the server's own flags: watch its queues and KV usage instead."
+)
+
+
+def note(sc: Scenario, remote: bool = False) -> str:
+    watch = sc.what_to_watch + (REMOTE_NOTE if remote else "")
+    return f'<div class="pg-note"><b>{cards.esc(sc.title)}.</b> {cards.esc(watch)}</div>'
 
 
 def build_controls(driver: EngineDriver, k0: Knobs, engine_knobs: bool = True) -> Controls:
@@ -80,7 +87,7 @@ def build_controls(driver: EngineDriver, k0: Knobs, engine_knobs: bool = True) -
             key: gr.Button(sc.title, size="sm", elem_classes="pg-preset")
             for key, sc in SCENARIOS.items()
         }
-        note_html = html(note(SCENARIOS[k0.scenario]))
+        note_html = html(note(SCENARIOS[k0.scenario], remote=not engine_knobs))
         with gr.Row(elem_classes="pg-transport"):
             start = gr.Button(
                 "▶ Start", variant="primary", size="sm", min_width=60, elem_id="pg-start"
