@@ -170,29 +170,29 @@ class Connection:
             task.cancel()
 
     async def _stream(self, rid: str, prompt, params: SamplingParams, sink: Sink) -> None:
-        end = End(rid, 0.0, error="the stream ended before the server gave a finish_reason")
+        error = cut = None
         try:
             async with self._slots:
                 timeout = asyncio.timeout(params.timeout_s) if params.timeout_s else None
                 async with timeout or contextlib.nullcontext():
-                    if await self._stream_chunks(rid, prompt, params, sink):
-                        end = End(rid, 0.0)
+                    if not await self._stream_chunks(rid, prompt, params, sink):
+                        error = "the stream ended before the server gave a finish_reason"
         except asyncio.CancelledError:
-            end = End(rid, 0.0, cut="cancelled")
+            cut = "cancelled"
         except TimeoutError:  # asyncio.timeout: the request's own timeout_s
-            end = End(rid, 0.0, cut="timeout")
+            cut = "timeout"
         except _Refused as exc:
-            end = End(rid, 0.0, error=str(exc))
+            error = str(exc)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            end = End(rid, 0.0, error=f"cannot reach {self.url}: {exc or type(exc).__name__}")
+            error = f"cannot reach {self.url}: {exc or type(exc).__name__}"
         except httpx.ReadTimeout:
-            end = End(rid, 0.0, error=f"no answer for {self._timeout.read:.0f} s: server slow")
+            error = f"no answer for {self._timeout.read:.0f} s: server slow"
         except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
-            end = End(rid, 0.0, error=f"the server dropped the stream ({exc or 'closed'})")
+            error = f"the server dropped the stream ({exc or 'closed'})"
         except Exception as exc:  # noqa: BLE001 - any failure ends this request only
             log.exception("stream %s failed", rid)
-            end = End(rid, 0.0, error=f"{type(exc).__name__}: {exc}")
-        sink(End(rid, time.monotonic(), end.error, end.cut))
+            error = f"{type(exc).__name__}: {exc}"
+        sink(End(rid, time.monotonic(), error, cut))
 
     async def _stream_chunks(self, rid: str, prompt, params, sink: Sink) -> bool:
         """Stream one request into `sink`; True if it ended with [DONE] after a finish_reason."""
