@@ -28,7 +28,8 @@ def pytest_collection_modifyitems(config, items):
     deselected = [item for item in items if any(item.get_closest_marker(m) for m in needs)]
     if deselected:
         config.hook.pytest_deselected(items=deselected)
-        items[:] = [item for item in items if item not in deselected]
+        dropped = set(deselected)
+        items[:] = [item for item in items if item not in dropped]
 
 
 @pytest.fixture(scope="session")

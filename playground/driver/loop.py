@@ -31,11 +31,10 @@ class DriverLoop:
         self.build_lanes = build_lanes or (lambda cfg, compare: Lanes.build(factory, cfg, compare))
         self.inbox, self.steps, self.stop = Inbox(), StepCounter(), threading.Event()
         self.watchdog = Watchdog(stuck_after_s, self.stop)
-        self.lanes = (
-            Lanes([Lane(MAIN_LANE, engine)])
-            if build_lanes is None
-            else (build_lanes(engine.config, False))
-        )
+        if build_lanes is None:
+            self.lanes = Lanes([Lane(MAIN_LANE, engine)])
+        else:
+            self.lanes = build_lanes(engine.config, False)
         self.clock = RunClock(pace)
         self.ledger = Ledger()  # the first lane's recent requests
         self.streams, self.publisher = Streams(), Publisher()
