@@ -1,6 +1,11 @@
 """The playground's entry point: args -> load engine -> driver -> board (+ routes) -> serve.
 
     python app.py [--model default|DIR|HUB_ID] [--device auto|cpu|cuda] [--port 7860] ...
+    python app.py --engine-url http://HOST:PORT [--engine-url URL2] [--engine-api-key KEY]
+
+With --engine-url the board loads no model: its requests go to that OpenAI-compatible server
+(vLLM, say; two URLs: compare mode) and its charts read the server's /metrics
+(playground/remote/).
 
 The EngineConfig names are flags (dashed), and so are the public limits of the board and the
 API (PublicLimits: --limit-prompt-tokens, --limit-max-tokens, ...). `create_app(driver)`
@@ -24,6 +29,8 @@ from engine.config import MODEL_IMPLS  # noqa: E402
 from playground.api import register_api  # noqa: E402
 from playground.driver import STUCK_AFTER_S, EngineDriver  # noqa: E402
 from playground.limits import PublicLimits  # noqa: E402
+from playground.remote.connection import MAX_CONCURRENCY, Connection, normalize_url  # noqa: E402
+from playground.remote.engine import RemoteEngine, remote_lanes  # noqa: E402
 from playground.scenarios import SCENARIOS  # noqa: E402
 from playground.ui import build_ui, load_asset  # noqa: E402
 
@@ -80,13 +87,39 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--stuck-after", type=float, default=STUCK_AFTER_S, help="seconds before a step is stuck"
     )
+    remote = p.add_argument_group("a remote server instead of the in-process engine")
+    remote.add_argument(
+        "--engine-url",
+        action="append",
+        default=None,
+        metavar="URL",
+        help="an OpenAI-compatible server (e.g. vllm serve) the board sends its requests to; "
+        "give it twice for compare mode",
+    )
+    remote.add_argument("--engine-api-key", default=None, help="sent as 'Authorization: Bearer'")
+    remote.add_argument("--engine-model", default=None, help="default: the server's first model")
+    remote.add_argument(
+        "--engine-concurrency",
+        type=int,
+        default=MAX_CONCURRENCY,
+        help="streams open at once per server; more wait on this side",
+    )
     p.add_argument(
         "--scenario",
         choices=sorted(SCENARIOS),
         default=None,
         help="start this preset as soon as the model is loaded",
     )
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.engine_url and len(args.engine_url) > 2:
+        p.error("--engine-url: at most two servers (compare mode)")
+    try:
+        args.engine_url = [normalize_url(u) for u in args.engine_url or ()]
+    except ValueError as exc:
+        p.error(f"--{exc}")
+    if args.engine_concurrency < 1:
+        p.error("--engine-concurrency: must be >= 1")
+    return args
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
@@ -130,8 +163,10 @@ def resolve_host_port(args: argparse.Namespace) -> tuple[str, int]:
     return host, args.port or int(env_port or DEFAULT_PORT)
 
 
-def create_app(driver: EngineDriver) -> FastAPI:
-    """FastAPI app: the board at "/", GET /healthz; add more routes to it before serving."""
+def create_app(driver: EngineDriver, api: bool = True) -> FastAPI:
+    """FastAPI app: the board at "/", GET /healthz; add more routes to it before serving.
+    api=False (a board over a remote server): no /v1 routes and no /metrics of its own;
+    clients talk to that server directly."""
     app = FastAPI(title="Continuous batching playground")
 
     @app.get("/healthz")
@@ -146,7 +181,8 @@ def create_app(driver: EngineDriver) -> FastAPI:
             "tokens_per_s": round(snap.totals.tokens_per_s, 2),  # of engine busy time
         }
 
-    register_api(app, driver)  # /v1 (OpenAI-compatible) and /metrics, before the mount
+    if api:
+        register_api(app, driver)  # /v1 (OpenAI-compatible) and /metrics, before the mount
     demo = build_ui(driver)
     theme = gr.themes.Soft(primary_hue="indigo", neutral_hue="slate")
     css = load_asset("style.css")
@@ -155,22 +191,33 @@ def create_app(driver: EngineDriver) -> FastAPI:
 
 def main(argv=None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per remote request
     args = parse_args(argv)
     config = engine_config(args)  # validated before the slow load
     limits = public_limits(args)
     host, port = resolve_host_port(args)
-    engine = LLMEngine.from_pretrained(
-        args.model, device=args.device, dtype=args.dtype, **_fields(config)
-    )
-    driver = EngineDriver(
-        engine, pace=args.pace, base_config=config, limits=limits, stuck_after_s=args.stuck_after
-    )
+    connections = [
+        Connection(url, args.engine_api_key, args.engine_model,
+                   max_concurrency=args.engine_concurrency)
+        for url in args.engine_url or ()
+    ]  # fmt: skip
+    if connections:
+        engine, lanes = RemoteEngine(connections[0], config), remote_lanes(connections)
+        serving = " and ".join(c.url for c in connections)
+    else:
+        engine = LLMEngine.from_pretrained(
+            args.model, device=args.device, dtype=args.dtype, **_fields(config)
+        )
+        lanes, serving = None, f"model {args.model!r}"
+    driver = EngineDriver(engine, pace=args.pace, base_config=config, limits=limits,
+                          stuck_after_s=args.stuck_after, lanes=lanes)  # fmt: skip
     if args.scenario:
         SCENARIOS[args.scenario].start(driver)
-    server = _Server(uvicorn.Config(create_app(driver), host=host, port=port, log_level="warning"))
+    app = create_app(driver, api=not connections)
+    server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
     server.banner = (
         f"Playground ready at http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"
-        f"  (model {args.model!r}; Ctrl-C stops)"
+        f"  ({serving}; Ctrl-C stops)"
     )
     try:
         server.run()  # shuts down gracefully on Ctrl-C / SIGTERM
@@ -178,6 +225,8 @@ def main(argv=None) -> None:
         pass
     finally:
         driver.stop()
+        for connection in connections:
+            connection.close()
         print("Playground stopped.", flush=True)
 
 

@@ -90,7 +90,7 @@ def render_card(
     else:
         text_html = esc(text)
     cursor = '<span class="pg-cursor"></span>' if live_status == "running" else ""
-    if record.error and record.stop_reason is None:
+    if record.error and (record.stop_reason is None or not record.text):
         text_html = f'<span class="pg-error">{esc(record.error)}</span>'
     ttft = f" · TTFT {record.ttft * 1000:.0f} ms" if record.ttft is not None else ""
     foot = f"{record.num_output_tokens} tokens{ttft}" + (f" · {esc(note)}" if note else "")

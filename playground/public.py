@@ -15,8 +15,11 @@ from playground.requests import RequestHandle, RequestRejected, preview
 SUBMIT_TIMEOUT_S = 30.0  # for the driver to take the request
 
 
-def tokenize(driver: EngineDriver, prompt) -> list[int]:
-    """The prompt's token ids (chat messages through the chat template)."""
+def tokenize(driver: EngineDriver, prompt) -> list[int] | None:
+    """The prompt's token ids (chat messages through the chat template); None on a board over
+    a remote server, which has no tokenizer here: the prompt goes as it is."""
+    if driver.tokenizer is None:
+        return None
     try:
         _, token_ids = tokenize_prompt(driver.tokenizer, prompt)
     except ValueError as exc:
@@ -34,22 +37,24 @@ def sampling_params(**fields) -> SamplingParams:
 def submit(
     driver: EngineDriver,
     prompt,
-    token_ids: list[int],
+    token_ids: list[int] | None,
     params: SamplingParams,
     owner: str,
     request_id: str | None = None,
 ) -> RequestHandle:
     """Queue a tokenized prompt within the public limits; blocks until the engine has it.
+    token_ids None (a remote server's board): `prompt` is sent, and the server's own context
+    check stands in for the prompt-token limit.
 
     concurrent.futures.TimeoutError if the driver does not take it within SUBMIT_TIMEOUT_S.
     """
-    params = driver.limits.check(params, len(token_ids))
+    params = driver.limits.check(params, len(token_ids) if token_ids is not None else 0)
     max_waiting = driver.config.max_waiting
     if driver.snapshot().num_waiting >= max_waiting:  # the engine would refuse it too
         message = f"the waiting queue is full ({max_waiting} requests); retry later"
         raise RequestRejected(message, "requests", status=429, code="queue_full")
     return driver.submit(
-        token_ids,
+        token_ids if token_ids is not None else prompt,
         params,
         request_id=request_id,
         owner=owner,

@@ -151,6 +151,7 @@ class Ledger:
             token_ids=tuple(first.token_ids) if keep else None,
             logprobs=tuple(first.logprobs) if keep else None,
             ttft=out.metrics.ttft if out.metrics else None,
+            error=getattr(out, "error", None) or record.error,  # a remote lane's RemoteOutput
         )
         deltas = self._deltas[out.request_id]
         if len(deltas) < self.max_deltas:

@@ -12,6 +12,7 @@ import gradio as gr
 from playground import cards, charts
 from playground.board import BoardState
 from playground.inspector import render_inspector
+from playground.remote import views as remote
 
 
 class FigureCache:
@@ -42,6 +43,8 @@ class FigureCache:
 
 def _figures(state: BoardState) -> dict[str, str]:
     """Every chart of the board, as the figure JSON plotly.js draws (built without go.Figure)."""
+    if remote.is_remote(state):
+        return {k: charts.as_json(v) for k, v in remote.figures(state).items()}
     snap = state.snapshot
     labels, colours = cards.request_labels(state), cards.request_colours(state)
     specs = {
@@ -80,6 +83,8 @@ def _plots(state: BoardState, cache: FigureCache, keys, sent: dict | None) -> li
 
 def board_values(state: BoardState, me: str | None, rid, deltas) -> list:
     """A redraw of the text: stats, cards, step log, inspector, scoreboard."""
+    if remote.is_remote(state):
+        return remote.board_values(state, me)
     detail = state.details.get(rid) if rid else None
     return [
         cards.render_stats(state),

@@ -1,6 +1,7 @@
 """Fixtures shared by the whole suite, and the `cuda` marker's deselection."""
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,17 +13,23 @@ from tests.tiny_models import make_engine as tiny_engine
 from tests.tiny_models import make_tiny_model
 
 CUDA_TESTS_DEVICE = os.environ.get("CUDA_TESTS_DEVICE", "cuda")  # "cpu": a dry run of them
+VLLM_PYTHON = Path(__file__).resolve().parent.parent / ".venv-vllm" / "bin" / "python"
 
 
 def pytest_collection_modifyitems(config, items):
     """Tests marked `cuda` need a CUDA device: without one they are deselected, not skipped
-    (CUDA_TESTS_DEVICE=cpu runs them on the CPU instead, on smaller models)."""
-    if CUDA_TESTS_DEVICE != "cuda" or torch.cuda.is_available():
-        return
-    deselected = [item for item in items if item.get_closest_marker("cuda")]
+    (CUDA_TESTS_DEVICE=cpu runs them on the CPU instead, on smaller models). Tests marked
+    `vllm` need vLLM's venv (`make .venv-vllm/.stamp`): without it they are deselected."""
+    needs = []
+    if CUDA_TESTS_DEVICE == "cuda" and not torch.cuda.is_available():
+        needs.append("cuda")
+    if not VLLM_PYTHON.exists():
+        needs.append("vllm")
+    deselected = [item for item in items if any(item.get_closest_marker(m) for m in needs)]
     if deselected:
         config.hook.pytest_deselected(items=deselected)
-        items[:] = [item for item in items if not item.get_closest_marker("cuda")]
+        dropped = set(deselected)
+        items[:] = [item for item in items if item not in dropped]
 
 
 @pytest.fixture(scope="session")

@@ -42,13 +42,17 @@ class EngineDriver:
         base_config: EngineConfig | None = None,
         limits: PublicLimits | None = None,
         stuck_after_s: float = STUCK_AFTER_S,
+        lanes: Callable | None = None,
         start: bool = True,
     ):
+        """lanes: `(EngineConfig, compare) -> Lanes`, the lanes a reset builds (the first
+        ones too); default: engines from `engine_factory`, a continuous and a static one in
+        compare mode. A remote board passes its servers' lanes (playground/remote/)."""
         self.model, self.tokenizer = engine.model, engine.tokenizer
         self.base_config = base_config or engine.config  # what reset() starts from
         self.limits = limits or PublicLimits()  # for the public doors (playground/public.py)
         factory = engine_factory or (lambda cfg: LLMEngine(self.model, self.tokenizer, cfg))
-        self._loop = DriverLoop(engine, factory, pace, stuck_after_s)
+        self._loop = DriverLoop(engine, factory, pace, stuck_after_s, lanes)
         self._inbox = self._loop.inbox
         self._thread = threading.Thread(target=self._loop.run, name="engine-driver", daemon=True)
         self._inbox.thread = self._thread

@@ -25,11 +25,16 @@ ERROR_BACKOFF = 0.1  # s after a failed step, so a broken engine does not spin
 
 
 class DriverLoop:
-    def __init__(self, engine: LLMEngine, factory, pace, stuck_after_s: float):
+    def __init__(self, engine: LLMEngine, factory, pace, stuck_after_s: float, build_lanes=None):
         self.factory = factory  # EngineConfig -> LLMEngine, for reset()
+        # (EngineConfig, compare) -> Lanes, for reset(); default: engines from the factory
+        self.build_lanes = build_lanes or (lambda cfg, compare: Lanes.build(factory, cfg, compare))
         self.inbox, self.steps, self.stop = Inbox(), StepCounter(), threading.Event()
         self.watchdog = Watchdog(stuck_after_s, self.stop)
-        self.lanes = Lanes([Lane(MAIN_LANE, engine)])
+        if build_lanes is None:
+            self.lanes = Lanes([Lane(MAIN_LANE, engine)])
+        else:
+            self.lanes = build_lanes(engine.config, False)
         self.clock = RunClock(pace)
         self.ledger = Ledger()  # the first lane's recent requests
         self.streams, self.publisher = Streams(), Publisher()
@@ -72,7 +77,7 @@ class DriverLoop:
         if compare and config.num_kv_blocks is None:  # two pools sized from free memory: no
             config = replace(config, num_kv_blocks=self.publisher.state.snapshot.kv_blocks_total)
         # Built before the old lanes go: a config the engine refuses leaves the board as it was.
-        lanes = Lanes.build(self.factory, config, compare)
+        lanes = self.build_lanes(config, compare)
         self.streams.close_all(self.text_of, StopReason.CANCELLED)
         self.lanes, self.workload = lanes, workload
         self.ledger.clear()

@@ -9,10 +9,13 @@ driver's latest BoardState and never waits for the driver.
 import gradio as gr
 
 from playground.driver import EngineDriver
+from playground.remote.views import INTRO as REMOTE_INTRO
+from playground.remote.views import is_remote
 from playground.scenarios import DEFAULT_SCENARIO, SCENARIOS
 from playground.ui.callbacks import TICK_S, BoardCallbacks, TickOutputs
 from playground.ui.controls import Controls, build_controls, scenario_knobs
 from playground.ui.sections import (
+    INTRO,
     Refresh,
     Tabs,
     Top,
@@ -31,9 +34,11 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
     first, _ = callbacks.cache.get(driver.state())
     with gr.Blocks(title="Continuous batching playground") as demo:
         refresh = build_refresh(TICK_S)
-        top = build_top()
+        remote = is_remote(driver.state())  # a remote server's engine knobs are its own
+        top = build_top(REMOTE_INTRO if remote else INTRO)
         with gr.Row(equal_height=False):
-            controls = build_controls(driver, scenario_knobs(driver, SCENARIOS[DEFAULT_SCENARIO]))
+            k0 = scenario_knobs(driver, SCENARIOS[DEFAULT_SCENARIO])
+            controls = build_controls(driver, k0, engine_knobs=not remote)
             board = build_board(first)
         tabs = build_tabs(first)
         _wire_refresh(demo, callbacks, refresh, top, board, tabs)

@@ -19,6 +19,7 @@ from playground import cards, public
 from playground.audience import Audience
 from playground.driver import EngineDriver, RequestRejected
 from playground.inspector import render_inspector
+from playground.remote.views import is_remote, render_banner
 from playground.scenarios import SCENARIOS
 from playground.ui.controls import note, scenario_knobs
 from playground.views import FigureCache, board_values, chart_values, compare_values
@@ -72,7 +73,7 @@ class BoardCallbacks:
         is part of the answer."""
         state, now = self.driver.state(), time.monotonic()
         changed = state.version != seen
-        warning = cards.render_alert(self.driver.stuck_for())
+        warning = cards.render_alert(self.driver.stuck_for()) or render_banner(state)
         if not warning and not changed:
             warning = gr.skip()  # nothing shown (the last new version cleared it)
         slowdown = self.audience.slowdown(request.session_hash, now)
@@ -107,7 +108,7 @@ class BoardCallbacks:
     def pick_scenario(self, key: str):
         """The knobs of a preset (but the scenario itself) and its note."""
         sc = SCENARIOS[key]
-        return [*scenario_knobs(self.driver, sc)[1:], note(sc)]
+        return [*scenario_knobs(self.driver, sc)[1:], note(sc, is_remote(self.driver.state()))]
 
     def start(self, key, num_users, arrival, rate, policy, compare, budget, max_seqs, kv_blocks):
         sc = SCENARIOS[key]
@@ -128,7 +129,7 @@ class BoardCallbacks:
         sc = SCENARIOS[key]
         knobs = scenario_knobs(self.driver, sc)
         self.start(*knobs)
-        return [*knobs, note(sc), gr.Button("Pause")]
+        return [*knobs, note(sc, is_remote(self.driver.state())), gr.Button("Pause")]
 
     def toggle_pause(self):
         if self.driver.is_paused:

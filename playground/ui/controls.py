@@ -67,18 +67,27 @@ def scenario_knobs(driver: EngineDriver, sc: Scenario) -> Knobs:
                  sc.compare, cfg.max_num_batched_tokens, cfg.max_num_seqs, kv)  # fmt: skip
 
 
-def note(sc: Scenario) -> str:
-    return f'<div class="pg-note"><b>{cards.esc(sc.title)}.</b> {cards.esc(sc.what_to_watch)}</div>'
+REMOTE_NOTE = (
+    " On a remote server the preset sends the same users, but the engine knobs it names are "
+    "the server's own flags: watch its queues and KV usage instead."
+)
 
 
-def build_controls(driver: EngineDriver, k0: Knobs) -> Controls:
+def note(sc: Scenario, remote: bool = False) -> str:
+    watch = sc.what_to_watch + (REMOTE_NOTE if remote else "")
+    return f'<div class="pg-note"><b>{cards.esc(sc.title)}.</b> {cards.esc(watch)}</div>'
+
+
+def build_controls(driver: EngineDriver, k0: Knobs, engine_knobs: bool = True) -> Controls:
+    """engine_knobs=False (a remote server's board): the policy, budget, sequence and KV knobs
+    are hidden, since the server's own flags set them."""
     with gr.Column(scale=1, min_width=320, elem_classes="pg-side"):
         gr.Markdown("#### Presets: one click starts one", elem_classes="pg-h")
         presets = {
             key: gr.Button(sc.title, size="sm", elem_classes="pg-preset")
             for key, sc in SCENARIOS.items()
         }
-        note_html = html(note(SCENARIOS[k0.scenario]))
+        note_html = html(note(SCENARIOS[k0.scenario], remote=not engine_knobs))
         with gr.Row(elem_classes="pg-transport"):
             start = gr.Button(
                 "▶ Start", variant="primary", size="sm", min_width=60, elem_id="pg-start"
@@ -102,11 +111,16 @@ def build_controls(driver: EngineDriver, k0: Knobs) -> Controls:
                 gr.Slider(1, 32, value=k0.num_users, step=1, label="simulated users"),
                 gr.Radio(list(ARRIVALS), value=k0.arrival, label="arrivals"),
                 gr.Slider(0.2, 10, value=k0.rate, step=0.1, label="arrival rate (users/s)"),
-                gr.Radio(["continuous", "static"], value=k0.policy, label="policy"),
-                gr.Checkbox(k0.compare, label="compare static vs continuous"),
-                gr.Slider(16, 2048, value=k0.budget, step=16, label="token budget / step"),
-                gr.Slider(1, 64, value=k0.max_seqs, step=1, label="max sequences per step"),
-                gr.Slider(8, 4096, value=k0.kv_blocks, step=8, label="KV blocks"),
+                gr.Radio(["continuous", "static"], value=k0.policy, label="policy",
+                         visible=engine_knobs),
+                gr.Checkbox(k0.compare, label="compare static vs continuous" if engine_knobs
+                            else "compare: send every request to both servers"),
+                gr.Slider(16, 2048, value=k0.budget, step=16, label="token budget / step",
+                          visible=engine_knobs),
+                gr.Slider(1, 64, value=k0.max_seqs, step=1, label="max sequences per step",
+                          visible=engine_knobs),
+                gr.Slider(8, 4096, value=k0.kv_blocks, step=8, label="KV blocks",
+                          visible=engine_knobs),
             )  # fmt: skip
         sampling = _build_prompt(driver.limits.max_tokens)
         with gr.Row():

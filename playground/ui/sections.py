@@ -52,9 +52,9 @@ class Refresh:
     timer: gr.Timer
 
 
-def build_top() -> Top:
+def build_top(intro: str = INTRO) -> Top:
     with gr.Row(elem_classes="pg-top"):
-        html(INTRO)
+        html(intro)
         stats = html(elem_id="pg-stats")
     return Top(stats, html(elem_id="pg-alert"))
 
