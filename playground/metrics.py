@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable
 
 from fastapi import FastAPI
-from fastapi.responses import Response
+from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -182,8 +182,9 @@ def register_metrics(app: FastAPI, get_driver: Callable, model_name: str | Calla
     registry = CollectorRegistry(auto_describe=False)
     registry.register(EngineCollector(get_driver, model_name))
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse, tags=["metrics"])
     def metrics() -> Response:
+        """Prometheus' text format."""
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     return registry
