@@ -23,7 +23,7 @@ from fastapi import FastAPI  # noqa: E402
 
 from engine import EngineConfig, LLMEngine  # noqa: E402
 from engine.config import MODEL_IMPLS  # noqa: E402
-from playground.api import register_api  # noqa: E402
+from playground.api import refuse_other_methods, register_api  # noqa: E402
 from playground.driver import STUCK_AFTER_S, EngineDriver  # noqa: E402
 from playground.limits import PublicLimits  # noqa: E402
 from playground.scenarios import SCENARIOS  # noqa: E402
@@ -195,6 +195,7 @@ def create_app(
 
     # /v1 (OpenAI-compatible), /health and /metrics, before the mount
     register_api(app, driver, model_name=served_model_names, api_keys=api_keys or ())
+    refuse_other_methods(app)
     demo = build_ui(driver)
     theme = gr.themes.Soft(primary_hue="indigo", neutral_hue="slate")
     css = load_asset("style.css")

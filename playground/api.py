@@ -28,6 +28,7 @@ from typing import Annotated
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import ValidationError
 
@@ -65,6 +66,7 @@ log = logging.getLogger(__name__)
 
 OWNER_PREFIX = "api:"  # + a hash of the client's address: the board's label, the limits' key
 HEARTBEAT_S = 0.5  # a waiting non-streamed request checks for a gone client this often
+HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "QUERY")
 KEEPALIVE_S = 2.0  # a stream that has sent nothing for this long sends an SSE comment
 START_TIME = time.time()  # the "created" of /v1/models
 COMPLETIONS_MAX_TOKENS = 16  # OpenAI's default; chat's default is the rest of the context
@@ -142,6 +144,26 @@ def register_api(
         register_metrics(app, get_driver, lambda d: names(d)[0])
 
 
+def refuse_other_methods(app: FastAPI) -> None:
+    """405 (with `Allow`) for a method a route of `app` does not take; call once all routes are
+    added. (Without it such a request falls through to the board mounted at "/": 404.)"""
+    allowed: dict[str, set[str]] = {}
+    for route in app.routes:
+        if isinstance(route, APIRoute):
+            allowed.setdefault(route.path, set()).update(route.methods)
+    for path, methods in allowed.items():
+        allow = ", ".join(sorted(methods))
+
+        def refuse(request: Request, allow=allow) -> JSONResponse:
+            message = f"{request.method} is not allowed here; this route takes {allow}"
+            response = APIError(405, message, code="method_not_allowed").response()
+            response.headers["Allow"] = allow
+            return response
+
+        others = sorted(set(HTTP_METHODS) - methods)
+        app.add_api_route(path, refuse, methods=others, include_in_schema=False)
+
+
 def bearer_auth(api_keys: Sequence[str]):
     """The dependency that checks `Authorization: Bearer <key>` (vLLM's --api-key)."""
     keys = [k.encode() for k in api_keys]
@@ -193,7 +215,7 @@ async def _parse(request: Request, body_cls) -> RequestBody:
         message = f"{unknown[0]}: unrecognized request argument"
         raise APIError(400, message, param=unknown[0], code="unknown_parameter")
     for name, unused in UNSUPPORTED.items():
-        if data.get(name) is not None and data[name] not in unused:
+        if data.get(name) is not None and not any(_same(data[name], u) for u in unused):
             message = f"{name} is not supported by this engine"
             raise APIError(400, message, param=name, code="unsupported_parameter")
     try:
@@ -202,6 +224,11 @@ async def _parse(request: Request, body_cls) -> RequestBody:
         raise validation_error(exc) from None
     body.check()
     return body
+
+
+def _same(value, neutral) -> bool:
+    """JSON equality: 0 and 0.0 are the same number, but false is not 0."""
+    return value == neutral and isinstance(value, bool) == isinstance(neutral, bool)
 
 
 def _prepare(d: EngineDriver, body: RequestBody, model: str) -> CompletionJob:
@@ -221,8 +248,8 @@ def _prepare(d: EngineDriver, body: RequestBody, model: str) -> CompletionJob:
         )
         raise APIError(400, message, param=prompt_param, code=too_long)
     max_tokens = (body.max_completion_tokens if chat else None) or body.max_tokens
-    if max_tokens is None:
-        max_tokens = min(room, d.limits.max_tokens) if chat else COMPLETIONS_MAX_TOKENS
+    if max_tokens is None:  # the defaults, within the context and the public limit
+        max_tokens = min(room if chat else COMPLETIONS_MAX_TOKENS, room, d.limits.max_tokens)
     if max_tokens > room:
         max_param = _param("max_tokens", body)
         message = (

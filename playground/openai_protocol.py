@@ -8,14 +8,20 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Literal
+from typing import Annotated, Literal
 
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from engine import SamplingParams, StopReason
 from engine.loader import DEFAULT_HUB_ID
-from engine.sampling_params import MAX_LOGPROBS, MAX_N
+from engine.sampling_params import MAX_LOGPROBS, MAX_N, MAX_STOP_STRING_LEN, MAX_STOP_STRINGS
 
 FINISH_REASONS = {  # engine StopReason -> finish_reason: OpenAI's values, and vLLM's "abort"
     StopReason.EOS: "stop",
@@ -25,6 +31,7 @@ FINISH_REASONS = {  # engine StopReason -> finish_reason: OpenAI's values, and v
     StopReason.CANCELLED: "abort",  # client gone, board reset, preset started
     StopReason.TIMEOUT: "abort",  # its timeout_s ran out
 }  # StopReason.ERROR has none: as in vLLM, a failed request answers 500 (streamed: an error event)
+MIN_LOGPROB = -9999.0
 UNSUPPORTED = {  # OpenAI fields this engine cannot honour -> values that mean "not used"
     "presence_penalty": (0,),
     "frequency_penalty": (0,),
@@ -105,6 +112,9 @@ def param_of(loc) -> str:
 
 
 # -- request bodies
+StopString = Annotated[str, Field(min_length=1, max_length=MAX_STOP_STRING_LEN)]
+
+
 class RequestBody(BaseModel):
     """Fields shared by both routes. A field that is neither here, nor UNSUPPORTED, nor
     IGNORED is refused by the route (400 naming it), as OpenAI refuses an unrecognized
@@ -114,16 +124,18 @@ class RequestBody(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
     model: str | None = None  # None: the served model
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
     temperature: float = Field(1.0, ge=0.0, le=2.0)  # OpenAI's range and default
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(0, ge=-1)  # vLLM extension; 0 or -1 = off
     min_p: float = Field(0.0, ge=0.0, le=1.0)  # vLLM extension
     repetition_penalty: float = Field(1.0, gt=0.0)  # vLLM extension
-    stop: str | list[str] = Field(default_factory=list)
-    stop_token_ids: list[int] = Field(default_factory=list)  # vLLM extension
+    stop: StopString | Annotated[list[StopString], Field(max_length=MAX_STOP_STRINGS)] = Field(
+        default_factory=list
+    )
+    stop_token_ids: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)  # vLLM's
     ignore_eos: bool = False  # vLLM extension
-    seed: int | None = Field(None, ge=0, le=2**63 - 1)
+    seed: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
     n: int = Field(1, ge=1, le=MAX_N)
     stream: bool = False
     stream_options: "StreamOptions | None" = None
@@ -131,8 +143,11 @@ class RequestBody(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _drop_nulls(cls, data):
-        """An explicit null means "the default", as OpenAI treats it."""
-        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
+        """An explicit null means "the default", as OpenAI treats it; and 3.0 is the integer 3,
+        as JSON Schema counts it (3.5 stays a float, which an integer field refuses)."""
+        if not isinstance(data, dict):
+            return data
+        return {k: _whole(v) for k, v in data.items() if v is not None}
 
     @property
     def include_usage(self) -> bool:
@@ -148,6 +163,13 @@ class RequestBody(BaseModel):
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
     include_usage: bool = False
+
+
+def _whole(value):
+    """`value` with its integer-valued floats as ints, in lists too."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return [_whole(v) for v in value] if isinstance(value, list) else value
 
 
 class ContentPart(BaseModel):
@@ -167,7 +189,7 @@ RequestBody.model_rebuild()
 
 class ChatCompletionRequest(RequestBody):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)  # newer name of max_tokens
+    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None  # newer max_tokens
     logprobs: bool = False
     top_logprobs: int = Field(0, ge=0, le=MAX_LOGPROBS)
 
@@ -180,7 +202,7 @@ class ChatCompletionRequest(RequestBody):
 
 class CompletionRequest(RequestBody):
     prompt: str | list[int] | list[str] | list[list[int]]
-    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    logprobs: Annotated[int, Field(ge=0, le=MAX_LOGPROBS)] | None = None
 
 
 # -- OpenAI response objects
@@ -323,8 +345,8 @@ class ResponseTracker:
         self.text_offset[c.index] = offsets.pop()
         return {
             "tokens": [lp.decoded_token for lp in chosen],
-            "token_logprobs": [lp.logprob for lp in chosen],
-            "top_logprobs": [{t.decoded_token: t.logprob for t in top} for top in tops],
+            "token_logprobs": [finite(lp.logprob) for lp in chosen],
+            "top_logprobs": [{t.decoded_token: finite(t.logprob) for t in top} for top in tops],
             "text_offset": offsets,
         }
 
@@ -335,8 +357,13 @@ def top_alternatives(d: dict, k: int) -> list:
 
 
 def logprob_entry(lp) -> dict:
-    return {"token": lp.decoded_token, "logprob": lp.logprob,
+    return {"token": lp.decoded_token, "logprob": finite(lp.logprob),
             "bytes": list(lp.decoded_token.encode("utf-8"))}  # fmt: skip
+
+
+def finite(logprob: float) -> float:
+    """JSON has no -inf (nor NaN): vLLM's floor, -9999.0, for a token the model rules out."""
+    return logprob if logprob > MIN_LOGPROB else MIN_LOGPROB
 
 
 # -- the model's name

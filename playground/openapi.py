@@ -120,8 +120,15 @@ def error_responses(*codes: int) -> dict:
     return {c: {"model": ErrorResponse, "description": ERRORS[c]} for c in codes}
 
 
+SSE_EVENT = {  # one server-sent event; `: keep-alive` comments are not events
+    "type": "object",
+    "required": ["data"],
+    "properties": {"data": {"type": "string", "description": "a chunk's JSON, or [DONE]"}},
+}
+
+
 def _route(response: type[BaseModel]) -> dict:
-    ok = {"model": response, "content": {"text/event-stream": {"schema": {"type": "string"}}}}
+    ok = {"model": response, "content": {"text/event-stream": {"schema": SSE_EVENT}}}
     return {"responses": {200: {**ok, "description": STREAM}, **error_responses(*ERRORS)}}
 
 
@@ -158,7 +165,7 @@ def request_schema(body_cls, limits: PublicLimits, vocab: int | None) -> dict:
     props["n"]["maximum"] = min(props["n"]["maximum"], limits.max_n)
     if vocab is not None:
         for ids in _token_id_schemas(props):
-            ids["maximum"] = vocab - 1
+            ids.update(minimum=0, maximum=vocab - 1)
     for name, neutral in UNSUPPORTED.items():  # accepted only where they change nothing
         props[name] = {"enum": list(neutral), "description": "not supported: only this value"}
     for name in IGNORED:
@@ -170,7 +177,31 @@ def request_schema(body_cls, limits: PublicLimits, vocab: int | None) -> dict:
     schema["allOf"] = [_only_with("stream_options", {"type": "object"}, "stream")]
     if body_cls is ChatCompletionRequest:
         schema["allOf"].append(_only_with("top_logprobs", {"minimum": 1}, "logprobs"))
+        props["messages"]["contains"] = {  # some message has text to answer
+            "type": "object",
+            "required": ["content"],
+            "properties": {"content": {"anyOf": [TEXT, {"type": "array", "contains": TEXT_PART}]}},
+        }
+    else:
+        _one_prompt(props["prompt"]["anyOf"])
     return schema
+
+
+TEXT = {"type": "string", "pattern": r"\S"}  # not only whitespace
+TEXT_PART = {"type": "object", "required": ["text"], "properties": {"text": TEXT}}
+
+
+def _one_prompt(variants: list[dict]) -> None:
+    """A completion's prompt: one text with something in it, or token ids (not a batch)."""
+    for v in variants:
+        if v.get("type") == "string":
+            v["pattern"] = TEXT["pattern"]
+            continue
+        v["minItems"] = 1
+        items = v["items"]
+        if items.get("type") != "integer":  # ["text"] or [[ids]]: a batch of exactly one
+            v["maxItems"] = 1
+            items.update(TEXT if items.get("type") == "string" else {"minItems": 1})
 
 
 def _only_with(name: str, when: dict, flag: str) -> dict:
@@ -182,8 +213,7 @@ def _only_with(name: str, when: dict, flag: str) -> dict:
 
 
 def _token_id_schemas(props: dict):
-    """The item schemas of token id lists: stop_token_ids and a completion's prompt ids."""
-    yield props["stop_token_ids"]["items"]
+    """The item schemas of a completion's prompt token ids."""
     for variant in props.get("prompt", {}).get("anyOf", ()):
         items = variant.get("items", {})
         if items.get("type") == "integer":
