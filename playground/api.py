@@ -8,9 +8,12 @@ through the public door (playground/public.py), as a visitor of the board does: 
 (prompt tokens, max_tokens, n, requests in flight per client) apply, 400 past a size limit,
 429 past the in-flight or waiting limit, `param` naming the field in the API's words.
 
+As vLLM serves: `GET /health` (503 once the driver has stopped), Bearer auth on /v1 with
+`api_keys`, the served name and its aliases, `: keep-alive` comments in a stream that waits.
 Field mapping, error shapes and finish reasons are listed in README.md ("Use it from your
 own client"). `register_api` also adds `GET /metrics` (playground/metrics.py); the wire
-format itself (bodies, errors, response objects) is in playground/openai_protocol.py.
+format itself (bodies, errors, response objects) is in playground/openai_protocol.py, its
+OpenAPI description in playground/openapi.py.
 """
 
 import asyncio

@@ -94,15 +94,13 @@ def test_stop_reason_is_the_stop_string_or_token_that_ended_it(app_server, clien
     assert by_id["choices"][0]["engine_stop_reason"] == "stop_word"
 
 
-def _tracker(chat: bool, stream: bool):
-    from types import SimpleNamespace
-
+def _tracker(chat: bool) -> ResponseTracker:
     from engine import SamplingParams
     from playground.openai_protocol import CompletionJob
 
     job = CompletionJob(chat, "id-1", TINY_MODEL, "x", [5], SamplingParams(max_tokens=4), None,
-                        stream, False, 1)  # fmt: skip
-    return ResponseTracker(job, lambda ids: ""), SimpleNamespace
+                        False, False, 1)  # fmt: skip
+    return ResponseTracker(job, lambda ids: "")
 
 
 @pytest.mark.parametrize("reason", [StopReason.CANCELLED, StopReason.TIMEOUT])
@@ -111,20 +109,41 @@ def test_an_aborted_choice_says_abort_and_the_engine_says_why(reason):
 
     out = final_output("id-1", "partial", reason)
     for chat, cls in ((True, ChatCompletion), (False, Completion)):
-        data = _tracker(chat, stream=False)[0].response(out)
+        data = _tracker(chat).response(out)
         choice = data["choices"][0]
         assert (choice["finish_reason"], choice["engine_stop_reason"]) == ("abort", reason.value)
         # vLLM's "abort" is not in OpenAI's list: everything else validates strictly
         strictly(cls, {**data, "choices": [{**choice, "finish_reason": "stop"}]})
 
 
-def test_a_failed_request_answers_500_as_vllm_does(app_server, monkeypatch):
-    from playground.openai_protocol import APIError
-    from playground.requests import final_output
+def test_a_request_whose_forward_failed_answers_500_as_vllm_does(tiny_model):
+    from fastapi.testclient import TestClient
 
-    out = final_output("id-1", "", StopReason.ERROR)
-    with pytest.raises(APIError) as err:
-        _tracker(True, stream=False)[0].response(out)
-    assert err.value.status == 500 and err.value.type == "server_error"
-    with pytest.raises(APIError):
-        _tracker(False, stream=True)[0].chunks(out)
+    from playground.driver import EngineDriver
+    from tests.api.server import bare_app
+    from tests.tiny_models import make_engine
+
+    engine = make_engine(*tiny_model)
+    real_step = engine.step
+
+    def failing_step():  # every step with a prompt in it fails
+        if engine.has_unfinished_requests():
+            raise RuntimeError("boom")
+        return real_step()
+
+    engine.step = failing_step
+    driver = EngineDriver(engine)
+    try:
+        with TestClient(bare_app(lambda: driver)) as http:
+            body = {"model": TINY_MODEL, "prompt": "fail", "max_tokens": 4}
+            r = http.post("/v1/completions", json=body)
+            assert r.status_code == 500
+            error = r.json()["error"]
+            assert (error["type"], error["code"]) == ("server_error", "engine_error")
+            chat = {"model": TINY_MODEL, "messages": HI, "stream": True}
+            with http.stream("POST", "/v1/chat/completions", json=chat) as r:
+                lines = [ln for ln in r.iter_lines() if ln.startswith("data: ")]
+            assert lines[-1] == "data: [DONE]"
+            assert json.loads(lines[-2].removeprefix("data: "))["error"]["code"] == "engine_error"
+    finally:
+        driver.stop()
