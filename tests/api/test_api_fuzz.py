@@ -7,6 +7,7 @@ type, body schema) and no schema-valid request rejected nor schema-invalid one a
 """
 
 import os
+import re
 import subprocess
 import sys
 
@@ -54,13 +55,16 @@ def test_the_openapi_document_declares_bodies_errors_and_the_metrics_text(fuzz_s
     assert "503" in spec["paths"]["/health"]["get"]["responses"]
 
 
-def test_schemathesis_finds_nothing(fuzz_server):
+@pytest.mark.timeout(1200)  # about a minute alone on 2 cores; much more on a crowded machine
+def test_schemathesis_finds_nothing(fuzz_server, tmp_path):
     cmd = [sys.executable, "-m", "schemathesis.cli", "run", fuzz_server.url + "/openapi.json",
            "--checks", "all", "--mode", "all", "--phases", "examples,coverage,fuzzing",
            "--max-examples", str(EXAMPLES), "--include-path-regex", PATHS, "--workers", "1",
-           "--seed", "15", "--generation-deterministic", "--request-timeout", "60",
-           "--no-color", "--continue-on-failure"]  # fmt: skip
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+           "--generation-deterministic", "--request-timeout", "60", "--no-color",
+           "--continue-on-failure"]  # fmt: skip
+    # in tmp_path: schemathesis keeps a cache in its working directory
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=1100, cwd=tmp_path)
     report = run.stdout[-12000:] + run.stderr[-3000:]
     assert run.returncode == 0, report
-    assert "No issues found" in run.stdout, report
+    cases = re.search(r"(\d+) generated, (\d+) passed", run.stdout)
+    assert cases and int(cases[1]) == int(cases[2]) >= 200, report  # a few hundred, all passed
