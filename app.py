@@ -1,6 +1,6 @@
 """The playground's entry point: args -> load engine -> driver -> board (+ routes) -> serve.
 
-    python app.py [--model default|DIR|HUB_ID] [--device auto|cpu|cuda] [--port 7860] ...
+    python app.py [MODEL | --model default|DIR|HUB_ID] [--device auto|cpu|cuda] [--port 7860] ...
     python app.py --engine-url http://HOST:PORT [--engine-url URL2] [--engine-api-key KEY]
 
 With --engine-url the board loads no model: its requests go to that OpenAI-compatible server
@@ -8,9 +8,11 @@ With --engine-url the board loads no model: its requests go to that OpenAI-compa
 (playground/remote/).
 
 The EngineConfig names are flags (dashed), and so are the public limits of the board and the
-API (PublicLimits: --limit-prompt-tokens, --limit-max-tokens, ...). `create_app(driver)`
-returns the FastAPI app with the Gradio board mounted at "/" and `GET /healthz`, so other
-routes can join the same server.
+API (PublicLimits: --limit-prompt-tokens, --limit-max-tokens, ...). `vllm serve`'s spellings
+work too: the model as the first argument, --served-model-name, --api-key ($VLLM_API_KEY),
+--num-gpu-blocks-override, --no-enable-prefix-caching, --no-enable-chunked-prefill.
+`create_app(driver)` returns the FastAPI app with the Gradio board mounted at "/" and
+`GET /healthz`, so other routes can join the same server.
 """
 
 import argparse
@@ -26,7 +28,7 @@ from fastapi import FastAPI  # noqa: E402
 
 from engine import EngineConfig, LLMEngine  # noqa: E402
 from engine.config import MODEL_IMPLS  # noqa: E402
-from playground.api import register_api  # noqa: E402
+from playground.api import refuse_other_methods, register_api  # noqa: E402
 from playground.driver import STUCK_AFTER_S, EngineDriver  # noqa: E402
 from playground.limits import PublicLimits  # noqa: E402
 from playground.remote.connection import MAX_CONCURRENCY, Connection, normalize_url  # noqa: E402
@@ -40,14 +42,38 @@ PLAYGROUND_KV_BLOCKS = 512  # 8192 tokens of 16: enough for the presets, and a r
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Continuous batching playground (Gradio board).")
-    p.add_argument("--model", default="default", help="'default' (SmolLM2-135M), a dir or hub id")
+    p.add_argument(
+        "model_tag", nargs="?", metavar="MODEL", help="the model, as `vllm serve` takes it"
+    )
+    p.add_argument("--model", default=None, help="'default' (SmolLM2-135M), a dir or hub id")
+    p.add_argument(
+        "--served-model-name",
+        nargs="+",
+        default=None,
+        help="the API's name(s) of the model: it answers with the first and accepts all; "
+        "default the model's short name, its hub id accepted too",
+    )
+    p.add_argument(
+        "--api-key",
+        nargs="+",
+        default=[os.environ["VLLM_API_KEY"]] if os.environ.get("VLLM_API_KEY") else None,
+        help="/v1 routes want `Authorization: Bearer <key>` (default $VLLM_API_KEY; none: open)",
+    )
+    p.add_argument(
+        "--forwarded-allow-ips",
+        default=None,
+        help="addresses of a proxy whose X-Forwarded-For to trust (uvicorn's; '*' on a Space; "
+        "default none elsewhere, so each client is known by its own address)",
+    )
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--dtype", default="auto", help="auto (CPU float32, CUDA bfloat16) | bfloat16")
     p.add_argument("--host", default=None, help="default 127.0.0.1; 0.0.0.0 on a Space")
     p.add_argument("--port", type=int, default=None, help="default $PORT or 7860")
     p.add_argument("--max-num-seqs", type=int, default=None)
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
-    p.add_argument("--num-kv-blocks", type=int, default=PLAYGROUND_KV_BLOCKS)
+    p.add_argument(
+        "--num-kv-blocks", "--num-gpu-blocks-override", type=int, default=PLAYGROUND_KV_BLOCKS
+    )
     p.add_argument("--block-size", type=int, default=None)
     p.add_argument("--max-model-len", type=int, default=None)
     p.add_argument("--scheduling-policy", choices=["continuous", "static"], default=None)
@@ -59,8 +85,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="auto (default): the engine's fused forward for Llama-family models, else the "
         "transformers modules",
     )
-    p.add_argument("--no-chunked-prefill", action="store_true")
-    p.add_argument("--no-prefix-caching", action="store_true")
+    for knob in ("chunked_prefill", "prefix_caching"):  # vLLM's --[no-]enable-..., and ours
+        flag, dest = knob.replace("_", "-"), f"enable_{knob}"
+        p.add_argument(f"--enable-{flag}", action=argparse.BooleanOptionalAction, dest=dest)
+        p.add_argument(
+            f"--no-{flag}", action="store_false", dest=dest, help=f"= --no-enable-{flag}"
+        )
     p.add_argument(
         "--torch-compile",
         action="store_true",
@@ -111,6 +141,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="start this preset as soon as the model is loaded",
     )
     args = p.parse_args(argv)
+    if args.model_tag and args.model and args.model_tag != args.model:
+        p.error(f"the model is given twice: {args.model_tag!r} and --model {args.model!r}")
+    args.model = args.model_tag or args.model or "default"
     if args.engine_url and len(args.engine_url) > 2:
         p.error("--engine-url: at most two servers (compare mode)")
     try:
@@ -135,13 +168,11 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
             "kv_backend",
             "model_impl",
             "max_waiting",
+            "enable_chunked_prefill",
+            "enable_prefix_caching",
         )
         if getattr(args, name) is not None
     }
-    if args.no_chunked_prefill:
-        overrides["enable_chunked_prefill"] = False
-    if args.no_prefix_caching:
-        overrides["enable_prefix_caching"] = False
     if args.torch_compile:
         overrides["torch_compile"] = True
     return EngineConfig(**overrides)
@@ -163,11 +194,27 @@ def resolve_host_port(args: argparse.Namespace) -> tuple[str, int]:
     return host, args.port or int(env_port or DEFAULT_PORT)
 
 
-def create_app(driver: EngineDriver, api: bool = True) -> FastAPI:
+def proxy_trust(args: argparse.Namespace) -> dict:
+    """uvicorn's settings for X-Forwarded-For: trusted only from --forwarded-allow-ips, or from
+    anyone on a Space (whose proxy is the only way in). Untrusted, every client behind a proxy
+    would be one client: one in-flight budget, one card."""
+    ips = args.forwarded_allow_ips or ("*" if os.environ.get("SPACE_ID") else None)
+    return {"proxy_headers": ips is not None, "forwarded_allow_ips": ips}
+
+
+def create_app(
+    driver: EngineDriver,
+    served_model_names: list[str] | None = None,
+    api_keys: list[str] | None = None,
+    api: bool = True,
+) -> FastAPI:
     """FastAPI app: the board at "/", GET /healthz; add more routes to it before serving.
     api=False (a board over a remote server): no /v1 routes and no /metrics of its own;
     clients talk to that server directly."""
-    app = FastAPI(title="Continuous batching playground")
+    app = FastAPI(
+        title="Continuous batching playground",
+        summary="OpenAI-compatible API of the shared engine the board shows",
+    )
 
     @app.get("/healthz")
     def healthz() -> dict:
@@ -181,8 +228,9 @@ def create_app(driver: EngineDriver, api: bool = True) -> FastAPI:
             "tokens_per_s": round(snap.totals.tokens_per_s, 2),  # of engine busy time
         }
 
-    if api:
-        register_api(app, driver)  # /v1 (OpenAI-compatible) and /metrics, before the mount
+    if api:  # /v1 (OpenAI-compatible), /health and /metrics, before the mount
+        register_api(app, driver, model_name=served_model_names, api_keys=api_keys or ())
+        refuse_other_methods(app)
     demo = build_ui(driver)
     theme = gr.themes.Soft(primary_hue="indigo", neutral_hue="slate")
     css = load_asset("style.css")
@@ -213,8 +261,9 @@ def main(argv=None) -> None:
                           stuck_after_s=args.stuck_after, lanes=lanes)  # fmt: skip
     if args.scenario:
         SCENARIOS[args.scenario].start(driver)
-    app = create_app(driver, api=not connections)
-    server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    app = create_app(driver, args.served_model_name, args.api_key, api=not connections)
+    uv_config = uvicorn.Config(app, host=host, port=port, log_level="warning", **proxy_trust(args))
+    server = _Server(uv_config)
     server.banner = (
         f"Playground ready at http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"
         f"  ({serving}; Ctrl-C stops)"

@@ -8,24 +8,31 @@ through the public door (playground/public.py), as a visitor of the board does: 
 (prompt tokens, max_tokens, n, requests in flight per client) apply, 400 past a size limit,
 429 past the in-flight or waiting limit, `param` naming the field in the API's words.
 
+As vLLM serves: `GET /health` (503 once the driver has stopped), Bearer auth on /v1 with
+`api_keys`, the served name and its aliases, `: keep-alive` comments in a stream that waits.
 Field mapping, error shapes and finish reasons are listed in README.md ("Use it from your
 own client"). `register_api` also adds `GET /metrics` (playground/metrics.py); the wire
-format itself (bodies, errors, response objects) is in playground/openai_protocol.py.
+format itself (bodies, errors, response objects) is in playground/openai_protocol.py, its
+OpenAPI description in playground/openapi.py.
 """
 
 import asyncio
 import contextlib
 import hashlib
+import hmac
 import json
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import aclosing
+from typing import Annotated
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.routing import APIRoute
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import ValidationError
 
 from playground import public
@@ -44,14 +51,26 @@ from playground.openai_protocol import (
     ResponseTracker,
     not_ready,
     queue_full,
-    served_model_name,
+    served_model_names,
+    unauthorized,
     validation_error,
+)
+from playground.openapi import (
+    HEALTH_RESPONSES,
+    ROUTE_DOCS,
+    Health,
+    ModelCard,
+    ModelList,
+    document_limits,
+    error_responses,
 )
 
 log = logging.getLogger(__name__)
 
 OWNER_PREFIX = "api:"  # + a hash of the client's address: the board's label, the limits' key
 HEARTBEAT_S = 0.5  # a waiting non-streamed request checks for a gone client this often
+HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "QUERY")
+KEEPALIVE_S = 2.0  # a stream that has sent nothing for this long sends an SSE comment
 START_TIME = time.time()  # the "created" of /v1/models
 COMPLETIONS_MAX_TOKENS = 16  # OpenAI's default; chat's default is the rest of the context
 DriverSource = EngineDriver | Callable[[], EngineDriver | None]
@@ -59,16 +78,26 @@ DriverSource = EngineDriver | Callable[[], EngineDriver | None]
 
 # -- routes
 def register_api(
-    app: FastAPI, driver: DriverSource, model_name: str | None = None, metrics: bool = True
+    app: FastAPI,
+    driver: DriverSource,
+    model_name: str | Sequence[str] | None = None,
+    metrics: bool = True,
+    api_keys: Sequence[str] = (),
 ) -> None:
-    """Add the /v1 routes (and GET /metrics) to `app`; call before mounting Gradio at "/".
+    """Add the /v1 routes, GET /health (and GET /metrics) to `app`; call before mounting
+    Gradio at "/".
 
     `driver` is the EngineDriver, or a callable returning it (None while there is none yet,
     for an app that loads the model after it listens; app.py loads first). The routes answer
-    503 while there is no driver or it is not running. `model_name` defaults to the loaded
-    model's name.
+    503 while there is no driver or it is not running. `model_name` is the served name, or
+    several (vLLM's --served-model-name: the first is the one answered with, the others are
+    accepted); by default the loaded model's short name, its hub id accepted too. With
+    `api_keys`, every /v1 route wants `Authorization: Bearer <one of them>` (401 otherwise).
     """
     get_driver = driver if callable(driver) else (lambda: driver)
+    given = (model_name,) if isinstance(model_name, str) else tuple(model_name or ())
+    guard = [Depends(bearer_auth(api_keys))] if api_keys else []
+    app.add_exception_handler(APIError, lambda request, exc: exc.response())
 
     def ready() -> EngineDriver:
         d = get_driver()
@@ -77,7 +106,7 @@ def register_api(
         return d
 
     def names(d: EngineDriver) -> tuple[str, ...]:
-        return (model_name or served_model_name(d.model), "default")
+        return tuple(dict.fromkeys((*(given or served_model_names(d.model)), "default")))
 
     def check_model(d: EngineDriver, asked: str | None) -> str:
         served = names(d)
@@ -86,26 +115,69 @@ def register_api(
             raise APIError(404, message, param="model", code="model_not_found")
         return served[0]
 
-    @app.get("/v1/models")
-    def list_models():
-        try:
-            d = ready()
-        except APIError as exc:
-            return exc.response()
-        entry = {"id": names(d)[0], "object": "model", "created": int(START_TIME)}
-        entry.update(owned_by="cb-playground", max_model_len=d.config.max_model_len)
-        return {"object": "list", "data": [entry]}
+    @app.get("/health", responses=HEALTH_RESPONSES, tags=["health"])
+    def health() -> Health:
+        """200 while the engine serves, 503 once its driver has stopped (vLLM's and
+        llama.cpp's probe)."""
+        ready()
+        return Health(status="ok")
 
-    @app.post("/v1/chat/completions")
+    @app.get("/v1/models", dependencies=guard, responses=error_responses(401, 503))
+    def list_models() -> ModelList:
+        d = ready()
+        card = ModelCard(
+            id=names(d)[0], created=int(START_TIME), max_model_len=d.config.max_model_len
+        )
+        return ModelList(data=[card])
+
+    @app.post("/v1/chat/completions", dependencies=guard, **ROUTE_DOCS[ChatCompletionRequest])
     async def chat_completions(request: Request):
         return await _serve(request, ChatCompletionRequest, ready, check_model)
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", dependencies=guard, **ROUTE_DOCS[CompletionRequest])
     async def completions(request: Request):
         return await _serve(request, CompletionRequest, ready, check_model)
 
+    def describe():
+        d = get_driver()
+        return None if d is None else (d.limits, len(d.tokenizer))
+
+    document_limits(app, describe)
     if metrics:
         register_metrics(app, get_driver, lambda d: names(d)[0])
+
+
+def refuse_other_methods(app: FastAPI) -> None:
+    """405 (with `Allow`) for a method a route of `app` does not take; call once all routes are
+    added. (Without it such a request falls through to the board mounted at "/": 404.)"""
+    allowed: dict[str, set[str]] = {}
+    for route in app.routes:
+        if isinstance(route, APIRoute):
+            allowed.setdefault(route.path, set()).update(route.methods)
+    for path, methods in allowed.items():
+        allow = ", ".join(sorted(methods))
+
+        def refuse(request: Request, allow=allow) -> JSONResponse:
+            message = f"{request.method} is not allowed here; this route takes {allow}"
+            response = APIError(405, message, code="method_not_allowed").response()
+            response.headers["Allow"] = allow
+            return response
+
+        others = sorted(set(HTTP_METHODS) - methods)
+        app.add_api_route(path, refuse, methods=others, include_in_schema=False)
+
+
+def bearer_auth(api_keys: Sequence[str]):
+    """The dependency that checks `Authorization: Bearer <key>` (vLLM's --api-key)."""
+    keys = [k.encode() for k in api_keys]
+    scheme = HTTPBearer(auto_error=False, description="--api-key / $VLLM_API_KEY")
+
+    def check(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(scheme)]):
+        given = credentials.credentials.encode() if credentials else b""
+        if not any(hmac.compare_digest(given, k) for k in keys):
+            raise unauthorized(credentials is not None)
+
+    return check
 
 
 async def _serve(request: Request, body_cls, ready, check_model):
@@ -123,7 +195,7 @@ async def _serve(request: Request, body_cls, ready, check_model):
     except Exception as exc:  # a bug, not the client's fault: still answer in OpenAI's shape
         log.exception("API request failed")
         return APIError(500, f"{type(exc).__name__}: {exc}", type="server_error").response()
-    tracker = ResponseTracker(job)
+    tracker = ResponseTracker(job, lambda ids: d.tokenizer.decode(ids, skip_special_tokens=True))
     if body.stream:
 
         def close():  # however the response ends: a client gone mid-stream aborts
@@ -146,7 +218,7 @@ async def _parse(request: Request, body_cls) -> RequestBody:
         message = f"{unknown[0]}: unrecognized request argument"
         raise APIError(400, message, param=unknown[0], code="unknown_parameter")
     for name, unused in UNSUPPORTED.items():
-        if data.get(name) is not None and data[name] not in unused:
+        if data.get(name) is not None and not any(_same(data[name], u) for u in unused):
             message = f"{name} is not supported by this engine"
             raise APIError(400, message, param=name, code="unsupported_parameter")
     try:
@@ -155,6 +227,11 @@ async def _parse(request: Request, body_cls) -> RequestBody:
         raise validation_error(exc) from None
     body.check()
     return body
+
+
+def _same(value, neutral) -> bool:
+    """JSON equality: 0 and 0.0 are the same number, but false is not 0."""
+    return value == neutral and isinstance(value, bool) == isinstance(neutral, bool)
 
 
 def _prepare(d: EngineDriver, body: RequestBody, model: str) -> CompletionJob:
@@ -174,8 +251,8 @@ def _prepare(d: EngineDriver, body: RequestBody, model: str) -> CompletionJob:
         )
         raise APIError(400, message, param=prompt_param, code=too_long)
     max_tokens = (body.max_completion_tokens if chat else None) or body.max_tokens
-    if max_tokens is None:
-        max_tokens = min(room, d.limits.max_tokens) if chat else COMPLETIONS_MAX_TOKENS
+    if max_tokens is None:  # the defaults, within the context and the public limit
+        max_tokens = min(room if chat else COMPLETIONS_MAX_TOKENS, room, d.limits.max_tokens)
     if max_tokens > room:
         max_param = _param("max_tokens", body)
         message = (
@@ -233,14 +310,10 @@ def _refusal(exc: RequestRejected, body: RequestBody, max_waiting: int) -> APIEr
 
 def _chat_prompt(messages: list[ChatMessage]) -> list[dict]:
     out = []
-    for i, m in enumerate(messages):
+    for m in messages:
         content = m.content or ""
         if isinstance(content, list):
-            bad = next((p.type for p in content if p.type != "text"), None)
-            if bad is not None:
-                param = f"messages[{i}].content"
-                raise APIError(400, f"{param}: only text parts are supported, got {bad!r}", param)
-            content = "\n".join(p.text or "" for p in content)
+            content = "\n".join(p.text for p in content)
         out.append({"role": "system" if m.role == "developer" else m.role, "content": content})
     return out
 
@@ -307,20 +380,32 @@ async def _respond(request: Request, d: EngineDriver, handle: RequestHandle, tra
             if out is not None:
                 tracker.update(out)
                 if out.finished:
-                    return tracker.response(out)
+                    try:
+                        return tracker.response(out)
+                    except APIError as exc:  # the engine failed this request
+                        return exc.response()
 
 
 async def _stream(handle: RequestHandle, tracker):
     """The server-sent events of one request, `data: [DONE]` last. A failure part-way sends
     an error event (OpenAI's shape) instead of the rest; the response's on_close then aborts
     the request."""
+    last_sent = time.monotonic()
     try:
         async with aclosing(_outputs(handle)) as outputs:
             async for out in outputs:
-                for chunk in tracker.chunks(out) if out is not None else ():
+                chunks = tracker.chunks(out) if out is not None else []
+                for chunk in chunks:
                     yield _event(chunk)
+                if chunks:
+                    last_sent = time.monotonic()
+                elif time.monotonic() - last_sent >= KEEPALIVE_S:  # e.g. waiting in the queue
+                    yield ": keep-alive\n\n"  # an SSE comment: clients skip it, proxies see bytes
+                    last_sent = time.monotonic()
         if tracker.job.include_usage:
             yield _event(tracker.envelope([], usage=tracker.usage()))
+    except APIError as exc:  # the engine failed this request (finish "error" in vLLM)
+        yield _event(exc.body())
     except Exception as exc:  # a bug, not the client's fault: the stream still ends cleanly
         log.exception("API stream %s failed", handle.request_id)
         error = APIError(500, f"{type(exc).__name__}: {exc}", type="server_error")

@@ -5,25 +5,33 @@ playground/api.py serves it over HTTP; this file knows the protocol, not the dri
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Literal
+from typing import Annotated, Literal
 
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from engine import SamplingParams, StopReason
-from engine.sampling_params import MAX_LOGPROBS, MAX_N
+from engine.loader import DEFAULT_HUB_ID
+from engine.sampling_params import MAX_LOGPROBS, MAX_N, MAX_STOP_STRING_LEN, MAX_STOP_STRINGS
 
-FINISH_REASONS = {  # engine StopReason -> OpenAI finish_reason
+FINISH_REASONS = {  # engine StopReason -> finish_reason: OpenAI's values, and vLLM's "abort"
     StopReason.EOS: "stop",
     StopReason.STOP_WORD: "stop",
     StopReason.MAX_TOKENS: "length",
     StopReason.LENGTH: "length",
-    StopReason.CANCELLED: "cancelled",  # not OpenAI's: aborted (client gone, board reset)
-    StopReason.TIMEOUT: "timeout",  # not OpenAI's
-    StopReason.ERROR: "error",  # not OpenAI's: the forward failed; the engine lives on
-}
+    StopReason.CANCELLED: "abort",  # client gone, board reset, preset started
+    StopReason.TIMEOUT: "abort",  # its timeout_s ran out
+}  # StopReason.ERROR has none: as in vLLM, a failed request answers 500 (streamed: an error event)
+MIN_LOGPROB = -9999.0
 UNSUPPORTED = {  # OpenAI fields this engine cannot honour -> values that mean "not used"
     "presence_penalty": (0,),
     "frequency_penalty": (0,),
@@ -63,6 +71,15 @@ def not_ready() -> APIError:
     return APIError(503, message, code="model_not_ready", type="service_unavailable_error")
 
 
+def unauthorized(key_given: bool) -> APIError:
+    message = (
+        "Incorrect API key provided"
+        if key_given
+        else ("You didn't provide an API key: send it as `Authorization: Bearer <key>`")
+    )
+    return APIError(401, message, code="invalid_api_key")
+
+
 def queue_full(max_waiting: int) -> APIError:
     message = f"the waiting queue is full ({max_waiting} requests); retry later"
     return APIError(429, message, code="queue_full", type="rate_limit_error")
@@ -95,37 +112,46 @@ def param_of(loc) -> str:
 
 
 # -- request bodies
+StopString = Annotated[str, Field(min_length=1, max_length=MAX_STOP_STRING_LEN)]
+
+
 class RequestBody(BaseModel):
     """Fields shared by both routes. A field that is neither here, nor UNSUPPORTED, nor
     IGNORED is refused by the route (400 naming it), as OpenAI refuses an unrecognized
-    argument; inside messages, unknown keys are ignored."""
+    argument; inside messages, unknown keys are ignored. Types are strict, as the OpenAPI
+    document says (`"1"` is not a number, `1` not a boolean)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     model: str | None = None  # None: the served model
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
     temperature: float = Field(1.0, ge=0.0, le=2.0)  # OpenAI's range and default
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(0, ge=-1)  # vLLM extension; 0 or -1 = off
     min_p: float = Field(0.0, ge=0.0, le=1.0)  # vLLM extension
     repetition_penalty: float = Field(1.0, gt=0.0)  # vLLM extension
-    stop: str | list[str] = Field(default_factory=list)
-    stop_token_ids: list[int] = Field(default_factory=list)  # vLLM extension
+    stop: StopString | Annotated[list[StopString], Field(max_length=MAX_STOP_STRINGS)] = Field(
+        default_factory=list
+    )
+    stop_token_ids: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)  # vLLM's
     ignore_eos: bool = False  # vLLM extension
-    seed: int | None = Field(None, ge=0, le=2**63 - 1)
+    seed: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
     n: int = Field(1, ge=1, le=MAX_N)
     stream: bool = False
-    stream_options: dict | None = None  # {"include_usage": bool}
+    stream_options: "StreamOptions | None" = None
 
     @model_validator(mode="before")
     @classmethod
     def _drop_nulls(cls, data):
-        """An explicit null means "the default", as OpenAI treats it."""
-        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
+        """An explicit null means "the default", as OpenAI treats it; and 3.0 is the integer 3,
+        as JSON Schema counts it (3.5 stays a float, which an integer field refuses)."""
+        if not isinstance(data, dict):
+            return data
+        return {k: _whole(v) for k, v in data.items() if v is not None}
 
     @property
     def include_usage(self) -> bool:
-        return bool(self.stream and (self.stream_options or {}).get("include_usage"))
+        return bool(self.stream and self.stream_options and self.stream_options.include_usage)
 
     def check(self) -> None:
         """Fields that only make sense together (APIError naming the field, as OpenAI does)."""
@@ -134,21 +160,36 @@ class RequestBody(BaseModel):
             raise APIError(400, message, param="stream_options")
 
 
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    include_usage: bool = False
+
+
+def _whole(value):
+    """`value` with its integer-valued floats as ints, in lists too."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return [_whole(v) for v in value] if isinstance(value, list) else value
+
+
 class ContentPart(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    type: str
-    text: str | None = None
+    model_config = ConfigDict(extra="ignore", strict=True)
+    type: Literal["text"]  # the only part a text model reads
+    text: str
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
 
 
+RequestBody.model_rebuild()
+
+
 class ChatCompletionRequest(RequestBody):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)  # newer name of max_tokens
+    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None  # newer max_tokens
     logprobs: bool = False
     top_logprobs: int = Field(0, ge=0, le=MAX_LOGPROBS)
 
@@ -161,7 +202,7 @@ class ChatCompletionRequest(RequestBody):
 
 class CompletionRequest(RequestBody):
     prompt: str | list[int] | list[str] | list[list[int]]
-    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    logprobs: Annotated[int, Field(ge=0, le=MAX_LOGPROBS)] | None = None
 
 
 # -- OpenAI response objects
@@ -184,8 +225,9 @@ class CompletionJob:
 class ResponseTracker:
     """Turns one request's RequestOutputs into OpenAI objects; remembers what was sent."""
 
-    def __init__(self, job: CompletionJob):
+    def __init__(self, job: CompletionJob, decode: Callable[[list[int]], str]):
         self.job = job
+        self.decode = decode  # token ids -> text: which stop string ended a completion
         n = job.params.n
         self.num_tokens = [0] * n  # per choice: tokens seen (and logprobs sent)
         self.started = [False] * n
@@ -232,9 +274,9 @@ class ResponseTracker:
             i = c.index
             if self.done[i]:
                 continue
-            finish = finish_reason_of(c)
+            finish = self._finish(c)
             logprobs = self._logprobs(c, first[i])
-            if not (c.delta or finish or logprobs or not self.started[i]):
+            if not (c.delta or c.finished or logprobs or not self.started[i]):
                 continue
             if self.job.chat:
                 delta = {"content": c.delta}
@@ -243,8 +285,8 @@ class ResponseTracker:
                 choice = {"index": i, "delta": delta, "logprobs": logprobs}
             else:
                 choice = {"index": i, "text": c.delta, "logprobs": logprobs}
-            choice["finish_reason"] = finish
-            self.started[i], self.done[i] = True, finish is not None
+            choice.update(finish)
+            self.started[i], self.done[i] = True, c.finished
             chunks.append(self.envelope([choice]))
         return chunks
 
@@ -256,9 +298,33 @@ class ResponseTracker:
                 body = {"message": {"role": "assistant", "content": c.text}}
             else:
                 body = {"text": c.text}
-            body.update(logprobs=self._logprobs(c, 0), finish_reason=finish_reason_of(c))
+            body.update(logprobs=self._logprobs(c, 0), **self._finish(c))
             choices.append({"index": c.index, **body})
         return self.envelope(choices, usage=self.usage())
+
+    def _finish(self, c) -> dict:
+        """A choice's finish fields: OpenAI's `finish_reason`, vLLM's `stop_reason` (the stop
+        string or stop token id that ended it) and the engine's own `engine_stop_reason`.
+        APIError 500 for a completion whose forward failed, as vLLM answers its "error"."""
+        if c.stop_reason is StopReason.ERROR:
+            message = "generating this request failed in the engine (the server log says why)"
+            raise APIError(500, message, code="engine_error", type="server_error")
+        return {
+            "finish_reason": FINISH_REASONS[c.stop_reason] if c.finished else None,
+            "stop_reason": self._matched_stop(c),
+            "engine_stop_reason": c.stop_reason.value if c.finished else None,
+        }
+
+    def _matched_stop(self, c) -> int | str | None:
+        """vLLM's `stop_reason`: None unless a stop token or stop string ended the completion."""
+        if c.stop_reason is not StopReason.STOP_WORD:
+            return None
+        params = self.job.params
+        if c.token_ids and c.token_ids[-1] in params.stop_token_ids:
+            return c.token_ids[-1]
+        text = self.decode(c.token_ids)  # the text before it was cut at the stop string
+        found = [(text.find(s), i) for i, s in enumerate(params.stop) if s in text]
+        return params.stop[min(found)[1]] if found else None
 
     def _logprobs(self, c, start: int) -> dict | None:
         """Logprobs of the completion's tokens from `start` on, in the route's format."""
@@ -279,14 +345,10 @@ class ResponseTracker:
         self.text_offset[c.index] = offsets.pop()
         return {
             "tokens": [lp.decoded_token for lp in chosen],
-            "token_logprobs": [lp.logprob for lp in chosen],
-            "top_logprobs": [{t.decoded_token: t.logprob for t in top} for top in tops],
+            "token_logprobs": [finite(lp.logprob) for lp in chosen],
+            "top_logprobs": [{t.decoded_token: finite(t.logprob) for t in top} for top in tops],
             "text_offset": offsets,
         }
-
-
-def finish_reason_of(c) -> str | None:
-    return FINISH_REASONS[c.stop_reason] if c.stop_reason else None
 
 
 def top_alternatives(d: dict, k: int) -> list:
@@ -295,20 +357,29 @@ def top_alternatives(d: dict, k: int) -> list:
 
 
 def logprob_entry(lp) -> dict:
-    return {"token": lp.decoded_token, "logprob": lp.logprob,
+    return {"token": lp.decoded_token, "logprob": finite(lp.logprob),
             "bytes": list(lp.decoded_token.encode("utf-8"))}  # fmt: skip
 
 
+def finite(logprob: float) -> float:
+    """JSON has no -inf (nor NaN): vLLM's floor, -9999.0, for a token the model rules out."""
+    return logprob if logprob > MIN_LOGPROB else MIN_LOGPROB
+
+
 # -- the model's name
-def served_model_name(model) -> str:
-    """The id /v1/models lists: a hub id as given, a directory's name, or the bundled GGUF's
-    model name ("SmolLM2-135M-Instruct") without the loader's cache suffixes."""
+def served_model_names(model) -> tuple[str, ...]:
+    """The names the API serves a model under, the one it answers with first: the short name
+    (a hub id's last part, a directory's name, the bundled GGUF's model name without the
+    loader's cache suffixes), then the hub id it is known by, if any."""
     path = getattr(model.config, "_name_or_path", "") or ""
     if not path:
-        return model.config.model_type
-    if not os.path.isdir(path):
-        return path
+        return (model.config.model_type,)
+    if not os.path.isdir(path):  # a hub id
+        return tuple(dict.fromkeys((path.rsplit("/", 1)[-1], path)))
     name = os.path.basename(os.path.normpath(path))
     name = re.sub(r"-\d{4,}-(?:[0-9a-f]{16}|\d{10,})$", "", name)  # engine/loader.py's
     # conversion cache: <gguf stem>-<size>-<16 hex of hash> (older: -<size>-<mtime ns>)
-    return re.sub(r"\.(?:I?Q\d\w*|F16|F32|BF16)$", "", name)  # the GGUF's quantization tag
+    name = re.sub(r"\.(?:I?Q\d\w*|F16|F32|BF16)$", "", name)  # the GGUF's quantization tag
+    if name == DEFAULT_HUB_ID.rsplit("/", 1)[-1]:  # the bundled copy of the default model
+        return name, DEFAULT_HUB_ID
+    return (name,)

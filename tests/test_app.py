@@ -1,5 +1,6 @@
 """app.py: the command line's flags, and the app it serves (board + /healthz)."""
 
+import pytest
 from fastapi.testclient import TestClient
 
 import app
@@ -33,3 +34,43 @@ def test_cli_flags_map_to_engine_config(monkeypatch):
     monkeypatch.setenv("SPACE_ID", "someone/space")
     assert app.resolve_host_port(app.parse_args(["--port", "1234"])) == ("0.0.0.0", 1234)
     assert app.resolve_host_port(app.parse_args(["--host", "10.0.0.1"]))[0] == "10.0.0.1"
+
+
+def test_vllm_serve_spellings(monkeypatch):
+    hub_id = "Qwen/Qwen2.5-0.5B-Instruct"
+    flags = ["--num-gpu-blocks-override", "96", "--no-enable-prefix-caching",
+             "--no-enable-chunked-prefill", "--served-model-name", "qwen", hub_id]  # fmt: skip
+    args = app.parse_args([hub_id, *flags])
+    cfg = app.engine_config(args)
+    assert args.model == hub_id and cfg.num_kv_blocks == 96
+    assert cfg.enable_prefix_caching is False and cfg.enable_chunked_prefill is False
+    assert args.served_model_name == ["qwen", hub_id]
+    assert app.parse_args(["--model", "gpt2"]).model == "gpt2"
+    assert app.parse_args([]).model == "default" and app.parse_args([]).served_model_name is None
+    plain = app.engine_config(app.parse_args(["--enable-prefix-caching", "--no-chunked-prefill"]))
+    assert plain.enable_prefix_caching is True and plain.enable_chunked_prefill is False
+    with pytest.raises(SystemExit):
+        app.parse_args(["gpt2", "--model", "other"])  # the model given twice
+
+
+def test_one_served_name_everywhere(driver):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with TestClient(app.create_app(driver, ["smol", "HuggingFaceTB/SmolLM2-135M-Instruct"])) as c:
+        assert [m["id"] for m in c.get("/v1/models").json()["data"]] == ["smol"]
+        for alias in ("smol", "HuggingFaceTB/SmolLM2-135M-Instruct", "default"):
+            body = {"model": alias, "prompt": "hi", "max_tokens": 1}
+            assert c.post("/v1/completions", json=body).json()["model"] == "smol"
+        assert c.post("/v1/completions", json={"model": "x", "prompt": "hi"}).status_code == 404
+        families = text_string_to_metric_families(c.get("/metrics").text)
+        labels = {s.labels.get("model_name") for f in families for s in f.samples}
+        assert labels == {"smol"}
+
+
+def test_health_and_healthz_once_the_driver_stopped(driver):
+    with TestClient(app.create_app(driver)) as client:
+        assert client.get("/health").status_code == 200
+        driver.stop()
+        assert client.get("/health").status_code == 503
+        healthz = client.get("/healthz")  # kept: always 200, says what the driver does
+        assert healthz.status_code == 200 and healthz.json()["status"] == "driver stopped"

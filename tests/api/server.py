@@ -15,11 +15,12 @@ TINY_MODEL = "tiny-llama"  # the id the tiny server serves
 class Server:
     """uvicorn serving `app` on a free 127.0.0.1 port, in a daemon thread."""
 
-    def __init__(self, app):
+    def __init__(self, app, **config):
+        """`config`: more uvicorn.Config settings (proxy_headers, ...)."""
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2)
+        config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2, **config)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
@@ -42,10 +43,10 @@ def openai_client(url: str, **kw):
     return openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=60, **kw)
 
 
-def bare_app(get_driver) -> FastAPI:
-    """A FastAPI app with only the API routes (for the 429 / 503 cases)."""
+def bare_app(get_driver, **kw) -> FastAPI:
+    """A FastAPI app with only the API routes (for the 429 / 503 cases); `kw` for register_api."""
     app = FastAPI()
-    register_api(app, get_driver, model_name=TINY_MODEL)
+    register_api(app, get_driver, **{"model_name": TINY_MODEL, **kw})
     return app
 
 

@@ -11,28 +11,48 @@ FAMILIES = {  # parsed family name -> type (counters lose their _total)
     "vllm:num_requests_running": "gauge",
     "vllm:num_requests_waiting": "gauge",
     "vllm:kv_cache_usage_perc": "gauge",
-    "vllm:prefix_cache_hit_rate": "gauge",
+    "cb_playground:prefix_cache_hit_rate": "gauge",
+    "cb_playground:kv_cache_blocks": "gauge",
     "vllm:num_preemptions": "counter",
     "vllm:generation_tokens": "counter",
     "vllm:prompt_tokens": "counter",
+    "vllm:prefix_cache_hits": "counter",
+    "vllm:prefix_cache_queries": "counter",
     "vllm:request_success": "counter",
+    "cb_playground:request_stop_reason": "counter",
+    "cb_playground:prompt_tokens_computed": "counter",
     "vllm:time_to_first_token_seconds": "histogram",
-    "vllm:time_per_output_token_seconds": "histogram",
+    "vllm:request_time_per_output_token_seconds": "histogram",
     "vllm:e2e_request_latency_seconds": "histogram",
 }
+VLLM_BUCKETS = {  # vLLM's own (vllm/v1/metrics/loggers.py)
+    "vllm:time_to_first_token_seconds": [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25,
+        0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0],
+    "vllm:request_time_per_output_token_seconds": [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
+        0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0],
+    "vllm:e2e_request_latency_seconds": [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0,
+        20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0],
+}  # fmt: skip
+HISTOGRAMS = list(VLLM_BUCKETS)
 
 
 def _scrape(url: str) -> dict[str, float]:
     r = httpx.get(url + "/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     families = {f.name: f for f in text_string_to_metric_families(r.text)}
+    assert set(families) == set(FAMILIES)  # vLLM's names, or ours with our prefix
     for name, kind in FAMILIES.items():
         assert families[name].type == kind, name
+        assert name.startswith(("vllm:", "cb_playground:")), name
+    for name, bounds in VLLM_BUCKETS.items():
+        les = [s.labels["le"] for s in families[name].samples if s.name.endswith("_bucket")]
+        assert les == [*map(str, bounds), "+Inf"], name
     samples = {}
     for f in families.values():
         for s in f.samples:
-            assert s.labels["model_name"] == TINY_MODEL
-            extra = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()) if k != "model_name")
+            assert (s.labels["model_name"], s.labels["engine"]) == (TINY_MODEL, "0")
+            extra = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items())
+                             if k not in ("model_name", "engine"))  # fmt: skip
             samples[s.name + (f"{{{extra}}}" if extra else "")] = s.value
     return samples
 
@@ -42,16 +62,36 @@ def test_metrics_parse_and_counters_move(client, app_server):
     r = client.completions.create(model=TINY_MODEL, prompt="metrics please", max_tokens=7)
     after = _scrape(app_server.url)
     assert after["vllm:generation_tokens_total"] >= before["vllm:generation_tokens_total"] + 7
-    assert after["vllm:prompt_tokens_total"] > before["vllm:prompt_tokens_total"]
-    key = "vllm:request_success_total{finished_reason=max_tokens}"
-    assert after[key] >= before.get(key, 0) + 1
-    for hist in ("time_to_first_token_seconds", "e2e_request_latency_seconds",
-                 "time_per_output_token_seconds"):  # fmt: skip
-        count = f"vllm:{hist}_count"
+    # each request's prompt length, as vLLM counts it (the prompt is not cached here)
+    grown = after["vllm:prompt_tokens_total"] - before["vllm:prompt_tokens_total"]
+    assert grown >= r.usage.prompt_tokens > 0
+    for key in ("vllm:request_success_total{finished_reason=length}",  # vLLM's word
+                "cb_playground:request_stop_reason_total{stop_reason=max_tokens}"):  # fmt: skip
+        assert after[key] >= before.get(key, 0) + 1
+    assert not any("finished_reason=max_tokens" in k for k in after)
+    for hist in HISTOGRAMS:
+        count = f"{hist}_count"
         assert after[count] >= before[count] + 1
-        assert after[f"vllm:{hist}_bucket{{le=+Inf}}"] == after[count]
+        assert after[f"{hist}_bucket{{le=+Inf}}"] == after[count]
     assert 0 <= after["vllm:kv_cache_usage_perc"] <= 1
     assert r.usage.completion_tokens == 7
+
+
+def test_finished_reasons_are_vllms(make_driver):
+    from playground.metrics import FINISHED_REASONS
+
+    driver = make_driver()
+    with TestClient(bare_app(lambda: driver)) as http:
+        params = SamplingParams(max_tokens=50, temperature=0, ignore_eos=True)
+        handle = driver.submit("cancel me", params)
+        driver.abort(handle.request_id)
+        assert handle.result(timeout=30).outputs[0].stop_reason.value == "cancelled"
+        text = http.get("/metrics").text
+    samples = {(s.name, s.labels.get("finished_reason"), s.labels.get("stop_reason")): s.value
+               for f in text_string_to_metric_families(text) for s in f.samples}  # fmt: skip
+    assert samples[("vllm:request_success_total", "abort", None)] == 1
+    assert samples[("cb_playground:request_stop_reason_total", None, "cancelled")] == 1
+    assert set(FINISHED_REASONS.values()) == {"stop", "length", "abort", "error"}
 
 
 def test_counters_survive_a_board_reset(client, app_server):
@@ -61,7 +101,7 @@ def test_counters_survive_a_board_reset(client, app_server):
     after = _scrape(app_server.url)
     for name in (
         "vllm:generation_tokens_total",
-        "vllm:request_success_total{finished_reason=max_tokens}",
+        "vllm:request_success_total{finished_reason=length}",
         "vllm:e2e_request_latency_seconds_count",
     ):
         assert after[name] >= before[name], name
@@ -78,8 +118,9 @@ def test_every_finished_request_is_counted_once_however_many_finish_between_scra
     monkeypatch.setattr(llm_engine, "MAX_FINISHED_KEPT", 4)  # the snapshot shows only 4
     driver = make_driver()
     params = SamplingParams(max_tokens=3, temperature=0, ignore_eos=True)
-    labels = [("model_name", TINY_MODEL)]
-    success = "vllm:request_success_total" + str([("finished_reason", "max_tokens"), *labels])
+    labels = [("engine", "0"), ("model_name", TINY_MODEL)]
+    success = "vllm:request_success_total" + str([("engine", "0"), ("finished_reason", "length"),
+                                                  ("model_name", TINY_MODEL)])  # fmt: skip
     with TestClient(bare_app(lambda: driver)) as http:
 
         def scrape() -> dict[str, float]:
@@ -98,7 +139,6 @@ def test_every_finished_request_is_counted_once_however_many_finish_between_scra
             for _ in range(2):  # a second scrape counts nothing twice
                 samples = scrape()
                 assert samples[success] == total
-                for hist in ("time_to_first_token_seconds", "time_per_output_token_seconds",
-                             "e2e_request_latency_seconds"):  # fmt: skip
-                    assert samples[f"vllm:{hist}_count" + str(labels)] == total, hist
+                for hist in HISTOGRAMS:
+                    assert samples[f"{hist}_count" + str(labels)] == total, hist
     driver.stop()

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 
 from playground.cards import render_cards
-from playground.openai_protocol import served_model_name
+from playground.openai_protocol import served_model_names
 from tests.api.server import TINY_MODEL, wait_for
 
 MESSAGES = [{"role": "user", "content": "Name three colours."}]
@@ -160,13 +160,26 @@ def test_sampling_fields_reach_sampling_params(client, app_server, monkeypatch):
     assert (plain.temperature, plain.repetition_penalty, plain.n) == (1.0, 1.0, 1)  # defaults
 
 
+SMOL = ("SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct")
+
+
 @pytest.mark.parametrize("name,served", [
-    ("SmolLM2-135M-Instruct.Q4_1-98362432-747cb1f0195582d0", "SmolLM2-135M-Instruct"),
-    ("SmolLM2-135M-Instruct.Q4_1-98362432-1712345678901234567", "SmolLM2-135M-Instruct"),
-    ("llama-2-7b", "llama-2-7b"),
-    ("model-2024-11", "model-2024-11"),
+    ("SmolLM2-135M-Instruct.Q4_1-98362432-747cb1f0195582d0", SMOL),
+    ("SmolLM2-135M-Instruct.Q4_1-98362432-1712345678901234567", SMOL),
+    ("llama-2-7b", ("llama-2-7b",)),
+    ("model-2024-11", ("model-2024-11",)),
 ])  # fmt: skip
 def test_served_name_of_a_converted_gguf_drops_the_cache_suffix(tmp_path, name, served):
     (tmp_path / name).mkdir()
     model = SimpleNamespace(config=SimpleNamespace(_name_or_path=str(tmp_path / name)))
-    assert served_model_name(model) == served
+    assert served_model_names(model) == served
+
+
+@pytest.mark.parametrize("hub_id,served", [
+    ("HuggingFaceTB/SmolLM2-135M-Instruct", SMOL),  # the default model on a Space
+    ("Qwen/Qwen2.5-0.5B-Instruct", ("Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct")),
+    ("gpt2", ("gpt2",)),
+])  # fmt: skip
+def test_a_hub_model_is_served_by_its_short_name_with_the_hub_id_as_an_alias(hub_id, served):
+    model = SimpleNamespace(config=SimpleNamespace(_name_or_path=hub_id))
+    assert served_model_names(model) == served
