@@ -32,6 +32,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from engine import WaitingReason
+
 # vLLM's buckets (seconds), a few longer ones for a slow CPU
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
                 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)  # fmt: skip
@@ -150,6 +152,7 @@ class EngineCollector(Collector):
                 fam = kind(metric, doc, labels=labels)
                 fam.add_metric(values, value)
                 yield fam
+        yield waiting_by_reason(snap, labels, values)
         blocks = GaugeMetricFamily("vllm:kv_cache_blocks", "KV blocks by state.",
                                    labels=[*labels, "state"])  # fmt: skip
         blocks.add_metric([*values, "used"], snap.kv_blocks_used)
@@ -171,6 +174,24 @@ class EngineCollector(Collector):
             (self.e2e, "vllm:e2e_request_latency_seconds", "Arrival to finish."),
         ):  # fmt: skip
             yield hist.family(metric, doc, labels, values)
+
+
+def waiting_by_reason(snap, labels: list[str], values: list[str]) -> GaugeMetricFamily:
+    """`vllm:num_requests_waiting_by_reason{reason}`: waiting requests by the first rule that
+    kept them out in the last step (engine WaitingReason values, every one, zeros included).
+    vLLM's own engine has two coarser values, `capacity` and `deferred` (engine/waiting.py maps
+    ours onto them). A request that arrived since the last step is counted once a step has
+    looked at it."""
+    counts = {r: 0 for r in WaitingReason}
+    for r in snap.requests:
+        if r.status == "waiting" and r.waiting_reason:
+            counts[WaitingReason(r.waiting_reason)] += 1
+    fam = GaugeMetricFamily("vllm:num_requests_waiting_by_reason",
+                            "Requests waiting, by the first rule that kept them out.",
+                            labels=[*labels, "reason"])  # fmt: skip
+    for reason, n in counts.items():
+        fam.add_metric([*values, reason.value], n)
+    return fam
 
 
 def register_metrics(app: FastAPI, get_driver: Callable, model_name: str | Callable):
