@@ -167,11 +167,6 @@ def timeline_spec(
          "marker": {"color": LOST_COLOUR, "line": {"color": PREEMPT_COLOUR, "width": 1}},
          "hovertemplate": "%{text}<extra>%{y}</extra>", **lost}
     )  # fmt: skip
-    traces.append(
-        {"type": "scatter", "mode": "text", "x": costs["x"], "y": costs["y"],
-         "text": costs["text"], "textposition": "middle right", "showlegend": False,
-         "textfont": {"size": 9, "color": PREEMPT_COLOUR}, "hoverinfo": "skip"}
-    )  # fmt: skip
     pre = [(round(s.start - t0, 3), rows[e.request_id]) for s in snap.steps for e in s.events
            if e.kind == "preempted" and e.request_id in rows and s.start >= t0]  # fmt: skip
     traces.append(
@@ -187,7 +182,12 @@ def timeline_spec(
          "showlegend": False}
     )  # fmt: skip
     height = max(260, 60 + 14 * len(reqs))
-    return _spec(title, traces, height=height, barmode="overlay", bargap=0.25,
+    notes = [  # what preemption cost, written on the end of the victim's bar
+        {"x": x, "y": y, "text": text, "xanchor": "right", "showarrow": False,
+         "font": {"size": 9, "color": PREEMPT_COLOUR}, "bgcolor": "rgba(255,255,255,0.85)"}
+        for x, y, text in zip(costs["x"], costs["y"], costs["text"], strict=True)
+    ]  # fmt: skip
+    return _spec(title, traces, height=height, barmode="overlay", bargap=0.25, annotations=notes,
                    xaxis={"title": {"text": "seconds since the first request shown"},
                           "rangemode": "tozero"},
                    yaxis={"autorange": "reversed", "type": "category", "tickfont": {"size": 9}},

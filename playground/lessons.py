@@ -110,7 +110,7 @@ def _speedup(state: BoardState) -> Measured:
         return Measured(None, f"running: {progress}…")
     cont, static = (s.finish_busy_s for s in stats)
     ratio = static / cont if cont else 0.0
-    key = "same" if ratio < 1.2 else "bit" if ratio <= 2.0 else "lot"
+    key = "same" if ratio < 1.2 else "bit" if ratio <= 1.5 else "lot"
     return Measured(key, f"continuous finished in {cont:.2f} s of engine time, static in "
                     f"{static:.2f} s: {ratio:.2f}x.")  # fmt: skip
 
@@ -163,8 +163,8 @@ LESSONS: dict[str, Lesson] = {
             "static? By how much?",
             (
                 ("same", "about the same (under 1.2x)"),
-                ("bit", "1.2x to 2x faster"),
-                ("lot", "more than 2x faster"),
+                ("bit", "1.2x to 1.5x faster"),
+                ("lot", "more than 1.5x faster"),
             ),
             _speedup,
         ),  # fmt: skip
@@ -182,7 +182,7 @@ def render_lesson(state: BoardState, key: str | None, guess: str | None) -> str:
             "question. Guess, watch the run, and see the measured answer next to your guess."
             "</div>"
         )
-    head = f'<div class="pg-lesson-q">❓ {esc(lesson.question)}</div>'
+    head = f'<div class="pg-lesson-q"><span class="pg-q">?</span> {esc(lesson.question)}</div>'
     if guess is None:
         pick = '<div class="pg-muted">Pick an answer: the run starts when you do.</div>'
         return f'<div class="pg-lesson">{head}{pick}</div>'

@@ -82,7 +82,7 @@ def test_the_panel_puts_the_measured_answer_next_to_the_guess():
             for i in range(8)]  # fmt: skip
     board = _board("prefix_cache", snapshot(requests=done))
     asked = render_lesson(board, "prefix_cache", None)
-    assert "❓" in asked and "Pick an answer" in asked
+    assert "pg-q" in asked and "Pick an answer" in asked
     wrong = render_lesson(board, "prefix_cache", "none")
     assert "your guess: <b>under 10 %</b>" in wrong and "not quite" in wrong
     assert "measured: <b>over 50 %</b>" in wrong

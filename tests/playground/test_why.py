@@ -53,9 +53,9 @@ def test_the_timeline_marks_the_time_lost_and_writes_the_cost_on_the_bar():
     spec = charts.timeline_spec(snapshot(requests=[victim, request("b", arrival=0.5)]))
     lost = next(t for t in spec["data"] if t.get("name") == "lost to preemption")
     assert lost["base"] == [1.0] and lost["x"] == [1.5] and lost["y"] == ["a"]
-    text = next(t for t in spec["data"] if t.get("mode") == "text")
-    assert text["text"] == ["⟲ preempted 1x, 40 tokens recomputed, +1.5 s"]
-    assert text["x"] == [4.0]
+    (note,) = spec["layout"]["annotations"]
+    assert note["text"] == "⟲ preempted 1x, 40 tokens recomputed, +1.5 s"
+    assert note["x"] == 4.0 and note["y"] == "a" and note["xanchor"] == "right"
 
 
 def test_the_waiting_chart_stacks_each_step_by_reason():
