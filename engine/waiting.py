@@ -18,8 +18,8 @@ rule that kept it out, in the order the scheduler applies its rules:
    arrival), else `queue_order`.
 
 vLLM exports the count as `vllm:num_requests_waiting_by_reason{reason}` with two coarse
-values; `VLLM_REASON` maps ours onto them (`capacity`: the engine had no room; `deferred`:
-a policy chose to hold it back).
+values, `capacity` (no room: every reason here but two) and `deferred` (held back although
+there may be room: `static_batch`, `priority`); /metrics exports ours under the same name.
 """
 
 import enum
@@ -48,15 +48,6 @@ WAITING_LABELS = {
     WaitingReason.PRIORITY: "behind a higher priority",
     WaitingReason.PREEMPTED: "preempted, recompute pending",
     WaitingReason.QUEUE_ORDER: "waiting-queue order",
-}
-VLLM_REASON = {
-    WaitingReason.TOKEN_BUDGET: "capacity",
-    WaitingReason.KV_BLOCKS: "capacity",
-    WaitingReason.MAX_NUM_SEQS: "capacity",
-    WaitingReason.STATIC_BATCH: "deferred",
-    WaitingReason.PRIORITY: "deferred",
-    WaitingReason.PREEMPTED: "capacity",
-    WaitingReason.QUEUE_ORDER: "capacity",
 }
 
 

@@ -179,9 +179,9 @@ class EngineCollector(Collector):
 def waiting_by_reason(snap, labels: list[str], values: list[str]) -> GaugeMetricFamily:
     """`vllm:num_requests_waiting_by_reason{reason}`: waiting requests by the first rule that
     kept them out in the last step (engine WaitingReason values, every one, zeros included).
-    vLLM's own engine has two coarser values, `capacity` and `deferred` (engine/waiting.py maps
-    ours onto them). A request that arrived since the last step is counted once a step has
-    looked at it."""
+    vLLM's own engine has two coarser values, `capacity` and `deferred` (engine/waiting.py says
+    which of ours fall in each). A request that arrived since the last step is counted once a
+    step has looked at it."""
     counts = {r: 0 for r in WaitingReason}
     for r in snap.requests:
         if r.status == "waiting" and r.waiting_reason:
