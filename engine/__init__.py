@@ -8,6 +8,7 @@ from engine.sampling_params import SamplingParams
 from engine.sequence import SequenceStatus, StopReason
 from engine.telemetry import EngineSnapshot, StepRecord
 from engine.validation import FieldError
+from engine.waiting import WaitingReason
 
 __all__ = [
     "CompletionOutput",
@@ -25,4 +26,5 @@ __all__ = [
     "SequenceStatus",
     "StepRecord",
     "StopReason",
+    "WaitingReason",
 ]

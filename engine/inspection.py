@@ -1,5 +1,6 @@
 """Read-only views of the engine's requests: outputs, snapshot states, inspector details."""
 
+import time
 from dataclasses import asdict, dataclass
 
 from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
@@ -25,6 +26,10 @@ class SequenceDetail:
     num_preemptions: int
     text: str
     logprobs: tuple[tuple[tuple[str, float], ...], ...] | None  # per token: (piece, logprob)...
+    # (WaitingReason value, first step, last step): why the scheduler left it waiting
+    waiting_history: tuple[tuple[str, int, int], ...] = ()
+    # (step, tokens dropped, tokens recomputed, seconds lost or None while not back yet)
+    preemptions: tuple[tuple[int, int, int, float | None], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,13 +73,20 @@ def request_output(group: SequenceGroup) -> RequestOutput:
             num_cached_tokens=group.num_cached_tokens,
             num_generated_tokens=sum(s.num_output_tokens for s in group.seqs),
             num_preemptions=sum(s.num_preemptions for s in group.seqs),
+            num_recomputed_tokens=sum(s.preemptions.num_recomputed_tokens for s in group.seqs),
+            preemption_time_lost=_time_lost(group, time.monotonic()),
         ),
     )
 
 
+def _time_lost(group: SequenceGroup, now: float) -> float:
+    return sum(s.preemptions.time_lost(now) for s in group.seqs if s.preemptions.events)
+
+
 def build_snapshot(engine) -> EngineSnapshot:
     live = list(engine.groups.values())
-    states = [request_state(g) for g in live] + list(engine.finished_states)
+    now = time.monotonic()
+    states = [request_state(g, now) for g in live] + list(engine.finished_states)
     num_running = sum(s.status == "running" for s in states[: len(live)])
     c, bm, tel = engine.config, engine.block_manager, engine.telemetry
     return EngineSnapshot(
@@ -92,16 +104,22 @@ def build_snapshot(engine) -> EngineSnapshot:
         max_num_batched_tokens=c.max_num_batched_tokens,
         requests=tuple(states),
         steps=tuple(tel.steps),
-        totals=tel.totals(bm.num_prefix_queries, bm.num_prefix_hits),
+        totals=tel.totals(
+            bm.num_prefix_queries, bm.num_prefix_hits, sum(_time_lost(g, now) for g in live)
+        ),
         ttfts=tuple(tel.ttfts),
         tpots=tuple(tel.tpots),
         kv_cached_block_ids=tuple(bm.evictable),
+        max_model_len=c.max_model_len,
     )
 
 
-def request_state(group: SequenceGroup) -> RequestState:
+def request_state(group: SequenceGroup, now: float | None = None) -> RequestState:
     seq = group.seqs[0]
     finished = group.is_finished
+    now = time.monotonic() if now is None else now
+    waiting = next((s.waiting_reason for s in group.seqs if s.waiting_reason is not None), None)
+    spans = tuple(span for s in group.seqs for span in s.preemptions.spans(now))
     return RequestState(
         request_id=group.request_id,
         status=group.status.value,
@@ -119,6 +137,11 @@ def request_state(group: SequenceGroup) -> RequestState:
         first_token=group.first_token_time,
         finished=group.finished_time,
         block_table=tuple(seq.block_table),
+        max_tokens=group.params.max_tokens,
+        waiting_reason=waiting.value if waiting is not None else None,
+        num_recomputed_tokens=sum(s.preemptions.num_recomputed_tokens for s in group.seqs),
+        preemption_time_lost=sum(b - a for a, b in spans),
+        preempted_spans=spans,
     )
 
 
@@ -148,6 +171,11 @@ def request_detail(group: SequenceGroup, tokenizer) -> RequestDetail:
                 num_preemptions=seq.num_preemptions,
                 text=seq.detokenizer.text,
                 logprobs=logprobs,
+                waiting_history=tuple((r.value, a, b) for r, a, b in seq.waiting_history),
+                preemptions=tuple(
+                    (p.step, p.num_dropped_tokens, p.num_recomputed_tokens, p.time_lost)
+                    for p in seq.preemptions.events
+                ),
             )
         )
     return RequestDetail(

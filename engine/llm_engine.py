@@ -5,7 +5,7 @@ import itertools
 import logging
 import time
 import warnings
-from collections import deque
+from collections import Counter, deque
 
 import torch
 
@@ -25,6 +25,7 @@ from engine.scheduler import Scheduler, SchedulerOutputs
 from engine.sequence import Sequence, SequenceGroup, StepClock, StopReason
 from engine.telemetry import EngineSnapshot, RequestState, StepEvent, StepRecord, Telemetry
 from engine.validation import FieldError
+from engine.waiting import WaitingReason
 
 logger = logging.getLogger(__name__)
 
@@ -190,6 +191,7 @@ class LLMEngine:
         """
         start = time.monotonic()
         self.clock.step += 1
+        self.clock.start = start
         outputs, self._pending_outputs = self._pending_outputs, []
         events, self._pending_events = self._pending_events, []
         outputs += self._expire_timeouts(start, events)
@@ -239,8 +241,13 @@ class LLMEngine:
         return ok, logits, sampled, failed
 
     def _process_forward(self, scheduled, logits, sampled, events):
+        computed_at = time.monotonic()
         for s in scheduled:
             seq = s.seq
+            recomputed = seq.preemptions.computed(
+                seq.num_computed_tokens, s.num_new_tokens, computed_at
+            )
+            self.telemetry.num_recomputed_tokens += recomputed
             seq.num_computed_tokens += s.num_new_tokens
             self.block_manager.cache_full_blocks(seq)
             if not s.is_decode:
@@ -278,6 +285,9 @@ class LLMEngine:
 
     def _note_scheduling(self, sched: SchedulerOutputs, events: list[StepEvent]) -> None:
         now = time.monotonic()
+        for seq in self.scheduler.waiting:
+            if (reason := sched.waiting_reasons.get(seq.seq_id)) is not None:
+                seq.note_waiting(reason)
         for seq in sched.preempted:
             self.runner.free(seq)
             events.append(StepEvent("preempted", self._group_of[seq.seq_id].request_id))
@@ -336,6 +346,7 @@ class LLMEngine:
 
     def _release(self, seq: Sequence) -> None:
         """A sequence just finished: give back its blocks / cache."""
+        seq.preemptions.finished(time.monotonic())
         self.scheduler.finish(seq)
         self.runner.free(seq)
 
@@ -394,8 +405,21 @@ class LLMEngine:
             kv_blocks_cached=bm.num_cached_blocks,
             kv_blocks_free=len(bm.free_block_ids),
             events=tuple(events),
+            waiting_by_reason=self._count_waiting(sched),
         )
         self.telemetry.record_step(record, num_generated)
+
+    def _count_waiting(self, sched: SchedulerOutputs) -> tuple[tuple[str, int], ...]:
+        """Waiting requests per WaitingReason (a request counts once, by its first sequence
+        still waiting), in the enum's order."""
+        first: dict[str, str] = {}
+        for seq in self.scheduler.waiting:
+            reason = sched.waiting_reasons.get(seq.seq_id)
+            group = self._group_of.get(seq.seq_id)
+            if reason is not None and group is not None:
+                first.setdefault(group.request_id, reason.value)
+        counts = Counter(first.values())
+        return tuple((r.value, counts[r.value]) for r in WaitingReason if counts[r.value])
 
     def snapshot(self) -> EngineSnapshot:
         """An immutable picture of queues, requests, KV blocks and recent steps."""

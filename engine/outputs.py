@@ -22,6 +22,8 @@ class RequestMetrics:
     num_cached_tokens: int = 0  # prompt tokens found in the prefix cache
     num_generated_tokens: int = 0  # over all n completions
     num_preemptions: int = 0
+    num_recomputed_tokens: int = 0  # computed again after preemptions (all completions)
+    preemption_time_lost: float = 0.0  # seconds its preemptions delayed it (so far)
 
     @property
     def ttft(self) -> float | None:

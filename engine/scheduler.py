@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.sequence import Sequence, SequenceStatus
+from engine.waiting import WaitingReason, explain_waiting
 
 
 @dataclass(slots=True)
@@ -34,6 +35,8 @@ class SchedulerOutputs:
     blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)  # (src, dst), CoW
     admitted: list[Sequence] = field(default_factory=list)  # moved WAITING -> RUNNING now
     preempted: list[Sequence] = field(default_factory=list)  # moved RUNNING -> WAITING now
+    # seq_id -> why each sequence still waiting was kept out this step (engine/waiting.py)
+    waiting_reasons: dict[int, WaitingReason] = field(default_factory=dict)
 
     @property
     def is_empty(self) -> bool:
@@ -121,23 +124,30 @@ class Scheduler:
 
         static = self.config.scheduling_policy == "static"
         if out.preempted or (static and not was_idle):
+            step_reason = WaitingReason.KV_BLOCKS if out.preempted else WaitingReason.STATIC_BATCH
+            out.waiting_reasons = explain_waiting(self.waiting, self.priorities, step_reason)
             return out
         # A prompt not yet sampled holds the seats of the n - 1 siblings it will fork, so
         # forks never push the running batch past max_num_seqs.
         num_seats = sum(s.max_num_running_seqs for s in self.running)
+        step_reason = head_reason = None  # why the admission loop stopped
         while self.waiting:
             if budget == 0 and not static:
+                step_reason = WaitingReason.TOKEN_BUDGET
                 break
             seq = self.waiting[0]
             if num_seats + seq.max_num_running_seqs > self.config.max_num_seqs:
+                head_reason = WaitingReason.MAX_NUM_SEQS
                 break
             computed = self.block_manager.get_computed_blocks(seq)
             num_uncomputed = seq.num_tokens - len(computed) * self.block_manager.block_size
             num_new = min(num_uncomputed, budget)
             if num_new < num_uncomputed and not chunked and not (static and num_new == 0):
+                head_reason = WaitingReason.TOKEN_BUDGET
                 break
             reserve = num_uncomputed if static else num_new  # static admits whole prompts
             if not self._can_admit(seq, reserve, computed):
+                head_reason = WaitingReason.KV_BLOCKS
                 break
             self.waiting.popleft()
             out.blocks_to_copy += self.block_manager.allocate(seq, num_new, computed)
@@ -148,6 +158,12 @@ class Scheduler:
             if num_new:
                 out.scheduled.append(ScheduledSequence(seq, num_new))
                 budget -= num_new
+        # The queue is ordered by priority, so by_priority holds; a first-come-first-served
+        # order (a scheduling policy that ignores priorities) would pass by_priority=False.
+        free_seats = self.config.max_num_seqs - num_seats
+        out.waiting_reasons = explain_waiting(
+            self.waiting, self.priorities, step_reason, head_reason, free_seats, by_priority=True
+        )
         return out
 
     def _can_admit(self, seq: Sequence, num_new: int, computed: list[int]) -> bool:

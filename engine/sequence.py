@@ -6,7 +6,9 @@ from dataclasses import dataclass
 import torch
 
 from engine.detokenizer import IncrementalDetokenizer
+from engine.preemption import PreemptionLog
 from engine.sampling_params import SamplingParams
+from engine.waiting import WaitingReason
 
 
 class SequenceStatus(enum.StrEnum):
@@ -37,6 +39,7 @@ class StepClock:
     """The engine's step counter, shared with its sequences to date their status changes."""
 
     step: int = 0
+    start: float = 0.0  # time.monotonic() at the start of that step
 
 
 class Sequence:
@@ -69,6 +72,9 @@ class Sequence:
         self.num_computed_tokens = 0  # tokens whose K/V sit in the cache
         self.num_cached_tokens = 0  # of those, found in the prefix cache at admission
         self.num_preemptions = 0
+        self.preemptions = PreemptionLog()  # what each preemption cost (engine/preemption.py)
+        self.waiting_reason: WaitingReason | None = None  # why the last step left it waiting
+        self.waiting_history: list[list] = []  # [reason, first step, last step], in order
         self.logprobs: list[dict] | None = [] if params.logprobs is not None else None
         self.clock = clock or StepClock()
         self.status_history: list[tuple[SequenceStatus, int]] = [(self.status, self.clock.step)]
@@ -125,6 +131,17 @@ class Sequence:
             )
         self.status = status
         self.status_history.append((status, self.clock.step))
+        if status != SequenceStatus.WAITING:
+            self.waiting_reason = None
+
+    def note_waiting(self, reason: WaitingReason) -> None:
+        """The scheduler left it waiting this step for `reason` (kept as runs of steps)."""
+        self.waiting_reason = reason
+        step, runs = self.clock.step, self.waiting_history
+        if runs and runs[-1][0] == reason and runs[-1][2] == step - 1:
+            runs[-1][2] = step
+        else:
+            runs.append([reason, step, step])
 
     def finish(self, reason: StopReason) -> None:
         self.set_status(SequenceStatus.FINISHED)
@@ -133,6 +150,7 @@ class Sequence:
     def preempt(self) -> None:
         """Back to WAITING; the caller frees the blocks, so everything is recomputed."""
         self.set_status(SequenceStatus.WAITING)
+        self.preemptions.preempted(self.clock.step, self.num_computed_tokens, self.clock.start)
         self.num_computed_tokens = 0
         self.num_preemptions += 1
 

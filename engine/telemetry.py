@@ -36,6 +36,8 @@ class StepRecord:
     kv_blocks_cached: int
     kv_blocks_free: int
     events: tuple[StepEvent, ...] = ()
+    # requests left waiting, per WaitingReason value (engine/waiting.py); zeros left out
+    waiting_by_reason: tuple[tuple[str, int], ...] = ()
 
     @property
     def num_tokens(self) -> int:
@@ -60,6 +62,11 @@ class RequestState:
     first_token: float | None
     finished: float | None
     block_table: tuple[int, ...]  # first completion's KV blocks
+    max_tokens: int = 0  # its SamplingParams.max_tokens
+    waiting_reason: str | None = None  # WaitingReason value, while it waits after a step
+    num_recomputed_tokens: int = 0  # computed again after preemptions (all completions)
+    preemption_time_lost: float = 0.0  # seconds its preemptions delayed it (so far)
+    preempted_spans: tuple[tuple[float, float], ...] = ()  # (start, end) of each loss
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +76,8 @@ class Totals:
     num_generated_tokens: int = 0
     num_cached_tokens: int = 0  # prompt tokens served by the prefix cache
     num_preemptions: int = 0
+    num_recomputed_tokens: int = 0  # tokens computed again after preemptions
+    preemption_time_lost: float = 0.0  # seconds preemptions delayed requests, summed
     num_prefix_queries: int = 0  # full prompt blocks looked up in the prefix cache
     num_prefix_hits: int = 0  # of those, found
     elapsed_busy: float = 0.0  # seconds spent inside steps that did work
@@ -100,6 +109,7 @@ class EngineSnapshot:
     ttfts: tuple[float, ...] = ()  # recent finished requests, seconds
     tpots: tuple[float, ...] = ()
     kv_cached_block_ids: tuple[int, ...] = ()  # the evictable blocks (for the block map)
+    max_model_len: int = 0  # the context window the engine runs with
 
     @property
     def kv_blocks_free(self) -> int:
@@ -119,6 +129,8 @@ class Telemetry:
         self.num_generated_tokens = 0
         self.num_cached_tokens = 0
         self.num_preemptions = 0
+        self.num_recomputed_tokens = 0  # counted by the engine as it computes them
+        self.preemption_time_lost = 0.0  # of finished requests
         self.elapsed_busy = 0.0
 
     def record_step(self, record: StepRecord, num_generated: int) -> None:
@@ -132,14 +144,20 @@ class Telemetry:
     def record_finished(self, metrics, stop_reasons: list[str]) -> None:
         self.num_requests_finished += 1
         self.num_cached_tokens += metrics.num_cached_tokens
+        self.preemption_time_lost += metrics.preemption_time_lost
         self.stop_reasons.update(stop_reasons)
         if metrics.ttft is not None:
             self.ttfts.append(metrics.ttft)
         if metrics.tpot is not None:
             self.tpots.append(metrics.tpot)
 
-    def totals(self, num_prefix_queries: int = 0, num_prefix_hits: int = 0) -> Totals:
+    def totals(
+        self, num_prefix_queries: int = 0, num_prefix_hits: int = 0, live_time_lost: float = 0.0
+    ) -> Totals:
+        """`live_time_lost`: what preemptions cost the requests still live."""
         return Totals(
+            num_recomputed_tokens=self.num_recomputed_tokens,
+            preemption_time_lost=self.preemption_time_lost + live_time_lost,
             num_prefix_queries=num_prefix_queries,
             num_prefix_hits=num_prefix_hits,
             num_requests_finished=self.num_requests_finished,

@@ -8,6 +8,7 @@ import html
 
 from playground.board import BoardState
 from playground.requests import RequestRecord
+from playground.why import state_cost, waiting_label
 
 MAX_CARD_CHARS = 420  # the tail of the text a card shows
 MAX_OTHER_CARDS = 12  # visitors / API clients shown besides the simulated users
@@ -53,7 +54,8 @@ def badge(text: str, kind: str, title: str = "") -> str:
     return f'<span class="pg-badge pg-{esc(kind)}"{t}>{esc(text)}</span>'
 
 
-def status_badges(record: RequestRecord | None, live_status: str | None) -> str:
+def status_badges(record: RequestRecord | None, live_status: str | None, live=None) -> str:
+    """`live`: the engine's RequestState, whose waiting reason the waiting badge names."""
     if record is None:
         return ""
     if record.error and record.stop_reason is None:
@@ -61,6 +63,9 @@ def status_badges(record: RequestRecord | None, live_status: str | None) -> str:
     if record.finished:
         reason = record.stop_reason or "error"
         return badge("finished", "finished") + badge(reason, f"stop-{reason}", record.error or "")
+    why = waiting_label(live.waiting_reason) if live is not None else None
+    if live_status == "waiting" and why:
+        return badge(f"waiting: {why}", "waiting", "the first rule that kept it out last step")
     return badge(live_status or "queued", live_status or "waiting")
 
 
@@ -71,12 +76,14 @@ def render_card(
     live_status: str | None,
     note: str = "",
     mine: bool = False,
+    live=None,
 ) -> str:
+    """`live`: the engine's RequestState of the request (waiting reason, preemption cost)."""
     head = (
         f'<div class="pg-card-head"><span class="pg-dot" style="background:{esc(colour)}"></span>'
         f'<span class="pg-name">{esc(name)}</span>'
         f'<span class="pg-rid">{esc(record.request_id) if record else ""}</span>'
-        f'<span class="pg-badges">{status_badges(record, live_status)}</span></div>'
+        f'<span class="pg-badges">{status_badges(record, live_status, live)}</span></div>'
     )
     if record is None:
         body = f'<div class="pg-text pg-muted">{esc(note or "…")}</div>'
@@ -94,10 +101,12 @@ def render_card(
         text_html = f'<span class="pg-error">{esc(record.error)}</span>'
     ttft = f" · TTFT {record.ttft * 1000:.0f} ms" if record.ttft is not None else ""
     foot = f"{record.num_output_tokens} tokens{ttft}" + (f" · {esc(note)}" if note else "")
+    cost = state_cost(live) if live is not None else ""
+    cost_html = f'<div class="pg-cost">⟲ {esc(cost)}</div>' if cost else ""
     return (
         f'<div class="pg-card{" pg-mine" if mine else ""}" style="--pg-colour:{esc(colour)}">'
         f'{head}{prompt}<div class="pg-text">{text_html}{cursor}</div>'
-        f'<div class="pg-foot">{foot}</div></div>'
+        f'{cost_html}<div class="pg-foot">{foot}</div></div>'
     )
 
 
@@ -125,33 +134,31 @@ def token_spans(record: RequestRecord) -> str:
 
 def render_cards(state: BoardState, me: str | None = None) -> str:
     """The visitor's own card first, then every simulated user, then other clients."""
-    live = {r.request_id: r.status for r in state.snapshot.requests}
+    live = {r.request_id: r for r in state.snapshot.requests}
+
+    def card(name, colour, rec, note="", mine=False):
+        now = live.get(rec.request_id) if rec else None
+        status = now.status if now else None
+        return render_card(name, colour, rec, status, note, mine=mine, live=now)
+
     latest: dict[str, RequestRecord] = {}
     for r in state.records:  # oldest first: the last one per owner wins
         latest[r.owner or f"api:{r.request_id}"] = r
     cards = []
     if me is not None:
         mine = latest.get(me)
-        cards.append(
-            render_card(
-                "You",
-                "#0f172a",
-                mine,
-                live.get(mine.request_id) if mine else None,
-                "" if mine else "Type a prompt on the left: it joins the same batch.",
-                mine=True,
-            )
-        )
+        note = "" if mine else "Type a prompt on the left: it joins the same batch."
+        cards.append(card("You", "#0f172a", mine, note, mine=True))
     for u in state.users:
         rec = latest.get(u.owner)
         if rec is not None and rec.request_id != u.request_id:
             rec = None  # that request fell out of the ledger
         note = USER_NOTES.get(u.state, "")
-        cards.append(render_card(u.name, u.colour, rec, live.get(u.request_id), note))
+        cards.append(card(u.name, u.colour, rec, note))
     users = {u.owner for u in state.users}
     others = [r for o, r in latest.items() if o != me and o not in users]
     for r in others[-MAX_OTHER_CARDS:]:
-        cards.append(render_card(owner_label(r.owner, me), "#64748b", r, live.get(r.request_id)))
+        cards.append(card(owner_label(r.owner, me), "#64748b", r))
     return f'<div class="pg-cards">{"".join(cards)}</div>'
 
 
@@ -184,6 +191,8 @@ def render_stats(state: BoardState) -> str:
         ("KV used", f"{used:.0%}"),
         ("cached prompt tokens", f"{t.num_cached_tokens}"),
         ("preemptions", f"{t.num_preemptions}"),
+        ("tokens recomputed", f"{t.num_recomputed_tokens}"),
+        ("lost to preemption", f"+{t.preemption_time_lost:.1f} s"),
     ]
     cells = "".join(
         f'<div class="pg-tile"><div class="pg-tile-v">{esc(v)}</div>'

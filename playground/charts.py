@@ -12,7 +12,9 @@ import math
 import orjson
 import plotly.graph_objects as go
 
+from engine import WaitingReason
 from engine.telemetry import EngineSnapshot
+from playground.why import WAITING_COLOURS, state_cost
 
 STATUS_COLOURS = {"waiting": "#f59e0b", "running": "#3b82f6", "finished": "#10b981"}
 PHASE_COLOURS = {"waiting": "#fcd34d", "prefill": "#8b5cf6", "decode": "#3b82f6"}
@@ -21,6 +23,7 @@ STOP_COLOURS = {
     "length": "#f97316", "timeout": "#eab308", "error": "#ef4444",
 }  # fmt: skip
 PREEMPT_COLOUR = "#ef4444"
+LOST_COLOUR = "rgba(239, 68, 68, 0.35)"  # the time a preemption cost, over its request's bar
 PLOTLY_CONFIG = {"displayModeBar": False}  # redrawn up to 2x/s: zoom tools only flicker
 FREE_COLOUR, CACHED_COLOUR, SHARED_COLOUR = "#eef2f7", "#cbd5e1", "#0f172a"
 MAX_CHART_STEPS = 200  # per-step charts draw the latest steps only: redrawn up to 2x/s
@@ -124,10 +127,21 @@ def timeline_spec(
     t0 = min((r.arrival for r in reqs), default=now)
     phases = {k: {"y": [], "base": [], "x": []} for k in PHASE_COLOURS}
     ends = {"x": [], "y": [], "colour": [], "text": []}
+    lost = {"y": [], "base": [], "x": [], "text": []}
+    costs = {"x": [], "y": [], "text": []}
     rows = {}
     for r in reqs:
         row = rows[r.request_id] = labels.get(r.request_id, r.request_id)
         end = r.finished or now
+        if cost := state_cost(r):
+            for a, b in r.preempted_spans:
+                lost["y"].append(row)
+                lost["base"].append(round(a - t0, 3))
+                lost["x"].append(round(max(b - a, 0.0), 3))
+                lost["text"].append(cost)
+            costs["x"].append(round(end - t0, 3))
+            costs["y"].append(row)
+            costs["text"].append(f"⟲ {cost}")
         spans = {
             "waiting": (r.arrival, r.first_scheduled or end),
             "prefill": (r.first_scheduled, r.first_token or end) if r.first_scheduled else None,
@@ -148,6 +162,11 @@ def timeline_spec(
          "hovertemplate": f"{name} %{{x:.2f}} s<extra>%{{y}}</extra>", **v}
         for name, v in phases.items()
     ]  # fmt: skip
+    traces.append(
+        {"type": "bar", "orientation": "h", "name": "lost to preemption",
+         "marker": {"color": LOST_COLOUR, "line": {"color": PREEMPT_COLOUR, "width": 1}},
+         "hovertemplate": "%{text}<extra>%{y}</extra>", **lost}
+    )  # fmt: skip
     pre = [(round(s.start - t0, 3), rows[e.request_id]) for s in snap.steps for e in s.events
            if e.kind == "preempted" and e.request_id in rows and s.start >= t0]  # fmt: skip
     traces.append(
@@ -163,11 +182,34 @@ def timeline_spec(
          "showlegend": False}
     )  # fmt: skip
     height = max(260, 60 + 14 * len(reqs))
-    return _spec(title, traces, height=height, barmode="overlay", bargap=0.25,
+    notes = [  # what preemption cost, written on the end of the victim's bar
+        {"x": x, "y": y, "text": text, "xanchor": "right", "showarrow": False,
+         "font": {"size": 9, "color": PREEMPT_COLOUR}, "bgcolor": "rgba(255,255,255,0.85)"}
+        for x, y, text in zip(costs["x"], costs["y"], costs["text"], strict=True)
+    ]  # fmt: skip
+    return _spec(title, traces, height=height, barmode="overlay", bargap=0.25, annotations=notes,
                    xaxis={"title": {"text": "seconds since the first request shown"},
                           "rangemode": "tozero"},
                    yaxis={"autorange": "reversed", "type": "category", "tickfont": {"size": 9}},
                    )  # fmt: skip
+
+
+def waiting_reason_spec(snap: EngineSnapshot, title: str = "Waiting, by reason") -> dict:
+    """Requests left waiting after each step, stacked by the first rule that kept them out."""
+    steps = snap.steps[-MAX_CHART_STEPS:]
+    x = [r.step for r in steps]
+    counts = [dict(r.waiting_by_reason) for r in steps]
+    seen = {reason for c in counts for reason in c}
+    traces = [
+        {"type": "bar", "name": reason.label, "x": x, "y": [c.get(reason, 0) for c in counts],
+         "marker": {"color": WAITING_COLOURS[reason]},
+         "hovertemplate": f"{reason.label}: %{{y}}<extra></extra>"}
+        for reason in WaitingReason if reason in seen
+    ]  # fmt: skip
+    return _spec(title, traces, barmode="stack", bargap=0.05,
+                 xaxis={"title": {"text": "step"}},
+                 yaxis={"title": {"text": "waiting requests"}, "rangemode": "tozero"},
+                 hovermode="x unified")  # fmt: skip
 
 
 def stop_reason_spec(snap: EngineSnapshot, title: str = "Why requests stopped") -> dict:
@@ -332,6 +374,10 @@ def batch_figure(snap: EngineSnapshot, title: str = "Tokens per step") -> go.Fig
 
 def timeline_figure(snap: EngineSnapshot, labels=None, title="Request timeline") -> go.Figure:
     return as_figure(timeline_spec(snap, labels, title))
+
+
+def waiting_reason_figure(snap: EngineSnapshot, title: str = "Waiting, by reason") -> go.Figure:
+    return as_figure(waiting_reason_spec(snap, title))
 
 
 def stop_reason_figure(snap: EngineSnapshot, title: str = "Why requests stopped") -> go.Figure:

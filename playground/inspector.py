@@ -3,6 +3,7 @@
 from engine import RequestDetail, SequenceDetail
 from engine.llm_engine import MAX_FINISHED_KEPT
 from playground.cards import badge, esc
+from playground.why import waiting_label
 
 SHOWN_PARAMS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "n", "logprobs", "stop")
 MAX_TOKEN_CHIPS = 600  # per token list; the rest is summarized
@@ -36,6 +37,35 @@ def _history(seq: SequenceDetail) -> str:
     return '<span class="pg-arrow">→</span>'.join(steps)
 
 
+def _waited(seq: SequenceDetail) -> str:
+    """Why the scheduler left it waiting, step by step (runs of steps with one reason)."""
+    if not seq.waiting_history:
+        return ""
+    items = []
+    for reason, first, last in seq.waiting_history:
+        steps = f"step {first}" if first == last else f"steps {first}-{last}"
+        n = last - first + 1
+        items.append(
+            f"<li><b>{steps}</b> ({n} step{'s' * (n > 1)}): {esc(waiting_label(reason))}</li>"
+        )
+    return f"<h4>why it waited, per step</h4><ul class='pg-waited'>{''.join(items)}</ul>"
+
+
+def _preemptions(seq: SequenceDetail) -> str:
+    if not seq.preemptions:
+        return ""
+    rows = "".join(
+        f"<tr><td>{step}</td><td>{dropped}</td><td>{recomputed}</td>"
+        f"<td>{'not back yet' if lost is None else f'+{lost:.2f} s'}</td></tr>"
+        for step, dropped, recomputed, lost in seq.preemptions
+    )
+    head = (
+        "<tr><th>preempted at step</th><th>K/V tokens freed</th><th>tokens recomputed</th>"
+        "<th>time lost</th></tr>"
+    )
+    return f"<h4>what preemption cost</h4><table class='pg-facts'>{head}{rows}</table>"
+
+
 def _sequence(seq: SequenceDetail, num_seqs: int) -> str:
     last = seq.output_token_ids[-1] if seq.output_token_ids else seq.prompt_token_ids[-1]
     reason = badge(seq.stop_reason, f"stop-{seq.stop_reason}") if seq.stop_reason else ""
@@ -52,7 +82,7 @@ def _sequence(seq: SequenceDetail, num_seqs: int) -> str:
     title = f"<h4>completion {seq.index}</h4>" if num_seqs > 1 else ""
     return (
         f"{title}<div class='pg-history'>{_history(seq)}</div>"
-        f"<table class='pg-facts'>{rows}</table>"
+        f"<table class='pg-facts'>{rows}</table>{_waited(seq)}{_preemptions(seq)}"
         f"<h4>prompt tokens</h4>{_chips(seq.prompt_token_ids, seq.prompt_tokens)}"
         f"<h4>generated tokens</h4>"
         f"{_chips(seq.output_token_ids, seq.output_tokens, last=True, logprobs=seq.logprobs)}"

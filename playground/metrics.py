@@ -37,7 +37,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from engine import StopReason
+from engine import StopReason, WaitingReason
 from playground.openai_protocol import FINISH_REASONS
 
 # vLLM's buckets (seconds)
@@ -174,6 +174,7 @@ class EngineCollector(Collector):
                 fam = kind(metric, doc, labels=labels)
                 fam.add_metric(values, value)
                 yield fam
+        yield from waiting_by_reason(snap, labels, values)
         blocks = GaugeMetricFamily("cb_playground:kv_cache_blocks", "KV blocks by state.",
                                    labels=[*labels, "state"])  # fmt: skip
         blocks.add_metric([*values, "used"], snap.kv_blocks_used)
@@ -201,6 +202,28 @@ class EngineCollector(Collector):
              "Histogram of e2e request latency in seconds (arrival to finish)."),
         ):  # fmt: skip
             yield hist.family(metric, doc, labels, values)
+
+
+def waiting_by_reason(snap, labels: list[str], values: list[str]):
+    """Waiting requests by the first rule that kept them out in the last step: vLLM's
+    `vllm:num_requests_waiting_by_reason{reason}` (its two values, `capacity` and `deferred`)
+    and ours, `cb_playground:num_requests_waiting_by_reason{reason}` (every WaitingReason,
+    zeros included). A request that arrived since the last step is counted once a step has
+    looked at it."""
+    counts = {r: 0 for r in WaitingReason}
+    for r in snap.requests:
+        if r.status == "waiting" and r.waiting_reason:
+            counts[WaitingReason(r.waiting_reason)] += 1
+    coarse = {"capacity": 0, "deferred": 0}
+    for reason, n in counts.items():
+        coarse[reason.vllm_reason] += n
+    for name, split in (("vllm", coarse), ("cb_playground", counts)):
+        fam = GaugeMetricFamily(f"{name}:num_requests_waiting_by_reason",
+                                "Requests waiting, by the first rule that kept them out.",
+                                labels=[*labels, "reason"])  # fmt: skip
+        for reason, n in split.items():
+            fam.add_metric([*values, str(reason)], n)
+        yield fam
 
 
 def register_metrics(app: FastAPI, get_driver: Callable, model_name: str | Callable):

@@ -103,7 +103,8 @@ SCENARIOS: dict[str, Scenario] = {
             title="KV pressure: preemption",
             what_to_watch="Only 40 KV blocks of 16 tokens for 8 long answers. As sequences grow "
             "the pool fills, the newest running request is preempted (its blocks freed, back to "
-            "the front of the queue) and recomputed later: see the red marks on the timeline.",
+            "the front of the queue) and recomputed later: red marks on the timeline, and on "
+            "the victim's card and bar what it cost (tokens recomputed, seconds lost).",
             users=UserProfile(
                 "", "", pool="chat", max_tokens=160, ignore_eos=True, think_time=(1.0, 2.0)
             ),  # fmt: skip

@@ -52,6 +52,7 @@ def _figures(state: BoardState) -> dict[str, str]:
         "batch": charts.batch_spec(snap),
         "timeline": charts.timeline_spec(snap, labels),
         "kv": charts.kv_block_spec(snap, colours),
+        "waiting": charts.waiting_reason_spec(snap),
         "stops": charts.stop_reason_spec(snap),
         "latency": charts.latency_spec(snap),
         "tput": charts.throughput_spec(snap),
@@ -64,7 +65,7 @@ def _figures(state: BoardState) -> dict[str, str]:
     return {k: charts.as_json(v) for k, v in specs.items()}
 
 
-PLOT_KEYS = ("queue", "batch", "timeline", "kv", "stops", "latency", "tput")  # fmt: skip
+PLOT_KEYS = ("queue", "batch", "timeline", "kv", "waiting", "stops", "latency", "tput")
 COMPARE_KEYS = ("cmp_queue0", "cmp_queue1", "cmp_batch0", "cmp_batch1")
 
 

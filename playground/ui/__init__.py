@@ -24,6 +24,13 @@ from playground.ui.sections import (
     build_tabs,
     build_top,
 )
+from playground.ui.story import (
+    CompareSection,
+    LessonSection,
+    build_compare,
+    build_lesson,
+    build_stops,
+)
 from playground.ui.widgets import load_asset
 
 __all__ = ["TICK_S", "build_ui", "load_asset"]
@@ -39,18 +46,24 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
         with gr.Row(equal_height=False):
             k0 = scenario_knobs(driver, SCENARIOS[DEFAULT_SCENARIO])
             controls = build_controls(driver, k0, engine_knobs=not remote)
-            board = build_board(first)
-        tabs = build_tabs(first)
-        _wire_refresh(demo, callbacks, refresh, top, board, tabs)
-        _wire_controls(demo, callbacks, controls, tabs)
+            with gr.Column(scale=3):
+                lesson = build_lesson()
+                compare = build_compare(first)
+                board = build_board(first)
+                stops = build_stops()
+        tabs = build_tabs()
+        _wire_refresh(demo, callbacks, refresh, top, board, tabs, compare)
+        _wire_controls(demo, callbacks, controls, tabs, lesson)
+        _wire_story(callbacks, refresh, lesson, compare, stops)
     return demo
 
 
-def _wire_refresh(demo, cb: BoardCallbacks, refresh: Refresh, top: Top, board, tabs: Tabs):
+def _wire_refresh(demo, cb: BoardCallbacks, refresh: Refresh, top: Top, board, tabs: Tabs,
+                  compare: CompareSection):  # fmt: skip
     r = refresh
     outputs = list(TickOutputs(r.version, r.chart_version, r.compare_version, r.charts_at,
                                r.timer, top.alert, top.stats, board, tabs.log, tabs.inspector,
-                               tabs.scoreboard))  # fmt: skip
+                               compare.scoreboard))  # fmt: skip
     hidden = dict(show_progress="hidden", queue=False)
     inputs = [r.version, r.chart_version, r.charts_at, tabs.inspect_rid, r.timer]
     r.timer.tick(cb.tick, inputs, outputs, **hidden)
@@ -65,14 +78,29 @@ def _wire_refresh(demo, cb: BoardCallbacks, refresh: Refresh, top: Top, board, t
     demo.unload(cb.leave)
 
 
-def _wire_controls(demo, cb: BoardCallbacks, c: Controls, tabs: Tabs):
+def _wire_story(cb: BoardCallbacks, r: Refresh, lesson: LessonSection, compare: CompareSection,
+                stops):  # fmt: skip
+    """The lesson, the stop reasons read aloud and the compare view follow the charts."""
+    r.chart_version.change(cb.refresh_story, [r.chart_version, lesson.lesson],
+                           [lesson.panel, stops, compare.group], show_progress="hidden",
+                           queue=False)  # fmt: skip
+
+
+def _wire_controls(demo, cb: BoardCallbacks, c: Controls, tabs: Tabs, lesson: LessonSection):
     knobs = list(c.knobs)
     gr.api(cb.generate, api_name="generate", concurrency_limit=None)
     c.knobs.scenario.change(cb.pick_scenario, c.knobs.scenario, [*knobs[1:], c.note],
                             show_progress="hidden")  # fmt: skip
     c.start.click(cb.start, knobs, c.pause)
-    for key, button in c.presets.items():
-        button.click(lambda key=key: cb.start_preset(key), None, [*knobs, c.note, c.pause])
+    buttons = [*lesson.answers, lesson.skip]
+    for key, button in c.presets.items():  # a preset asks its question; an answer starts it
+        button.click(lambda key=key: cb.open_lesson(key), None,
+                     [*knobs, c.note, lesson.lesson, lesson.panel, *buttons])  # fmt: skip
+    answered = [*knobs, c.note, c.pause, lesson.lesson, lesson.panel, *buttons]
+    for i, button in enumerate(buttons):
+        index = i if i < len(lesson.answers) else -1  # the last one skips the question
+        button.click(lambda state, index=index: cb.answer_lesson(index, state), lesson.lesson,
+                     answered)  # fmt: skip
     c.pause.click(cb.toggle_pause, None, c.pause)
     c.step.click(cb.single_step, None, c.pause)
     engine_knobs = [c.knobs.policy, c.knobs.budget, c.knobs.max_seqs, c.knobs.kv_blocks]

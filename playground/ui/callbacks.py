@@ -19,9 +19,12 @@ from playground import cards, public
 from playground.audience import Audience
 from playground.driver import EngineDriver, RequestRejected
 from playground.inspector import render_inspector
+from playground.lessons import LESSONS, render_lesson
 from playground.remote.views import is_remote, render_banner
 from playground.scenarios import SCENARIOS
-from playground.ui.controls import note, scenario_knobs
+from playground.stop_reasons import render_stop_panel
+from playground.ui.controls import Knobs, note, scenario_knobs
+from playground.ui.story import MAX_ANSWERS
 from playground.views import FigureCache, board_values, chart_values, compare_values
 
 TICK_S = 0.25  # the text refreshes ~4 times a second
@@ -131,6 +134,37 @@ class BoardCallbacks:
         self.start(*knobs)
         return [*knobs, note(sc, is_remote(self.driver.state())), gr.Button("Pause")]
 
+    # -- lessons: a preset asks first -------------------------------------------------------
+    def open_lesson(self, key: str):
+        """A preset's button: its knobs and its question; the run starts with an answer."""
+        sc = SCENARIOS[key]
+        panel = render_lesson(self.driver.state(), key, None)
+        lesson = {"key": key, "guess": None}
+        return [*scenario_knobs(self.driver, sc), note(sc), lesson, panel, *_answer_buttons(key)]
+
+    def answer_lesson(self, index: int, lesson: dict):
+        """The visitor picked answer `index` (-1: skipped the question): the preset starts."""
+        key = lesson.get("key")
+        if key not in LESSONS:
+            return [gr.skip()] * (len(Knobs._fields) + 4 + MAX_ANSWERS + 1)
+        answers = LESSONS[key].answers
+        guess = answers[index][0] if 0 <= index < len(answers) else ""
+        started = self.start_preset(key)
+        lesson = {"key": key, "guess": guess}
+        hidden = [gr.Button(visible=False)] * (MAX_ANSWERS + 1)
+        return [*started, lesson, render_lesson(self.driver.state(), key, guess), *hidden]
+
+    def refresh_story(self, _version, lesson: dict | None):
+        """With the charts: this session's lesson, the stop reasons read aloud, and the
+        comparison shown while compare mode runs."""
+        state = self.driver.state()
+        lesson = lesson or {}
+        return [
+            render_lesson(state, lesson.get("key"), lesson.get("guess")),
+            render_stop_panel(state.snapshot),
+            gr.Column(visible=state.compare),
+        ]
+
     def toggle_pause(self):
         if self.driver.is_paused:
             self.driver.resume()
@@ -204,3 +238,13 @@ class BoardCallbacks:
             return render_inspector(None, (), None)
         self.driver.watch(rid)
         return render_inspector(self.driver.state().details.get(rid), self.driver.deltas(rid), rid)
+
+
+def _answer_buttons(key: str) -> list:
+    """The lesson's answers on its buttons (the spare ones hidden), then the skip button."""
+    answers = LESSONS[key].answers if key in LESSONS else ()
+    buttons = [
+        gr.Button(answers[i][1], visible=True) if i < len(answers) else gr.Button(visible=False)
+        for i in range(MAX_ANSWERS)
+    ]
+    return [*buttons, gr.Button(visible=bool(answers))]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from playground.ui.widgets import html, plot
-from playground.views import COMPARE_KEYS, PLOT_KEYS
+from playground.views import PLOT_KEYS
 
 INTRO = """
 <div class="pg-hero"><h1>Continuous batching, live</h1>
@@ -31,7 +31,6 @@ class Tabs:
     inspect_rid: gr.Dropdown
     refresh_ids: gr.Button
     inspector: gr.HTML
-    scoreboard: gr.HTML
 
 
 @dataclass(frozen=True)
@@ -60,17 +59,16 @@ def build_top(intro: str = INTRO) -> Top:
 
 
 def build_board(first: dict[str, str]) -> gr.HTML:
-    """The cards and, under them, the seven charts; returns the cards' HTML."""
-    with gr.Column(scale=3):
-        board = html(elem_id="pg-board")
-        for row in (PLOT_KEYS[:2], PLOT_KEYS[2:4], PLOT_KEYS[4:]):
-            with gr.Row():
-                for key in row:
-                    plot(key, first, elem_classes="pg-plot")
+    """The cards and, under them, the charts two by two; returns the cards' HTML."""
+    board = html(elem_id="pg-board")
+    for i in range(0, len(PLOT_KEYS), 2):
+        with gr.Row():
+            for key in PLOT_KEYS[i : i + 2]:
+                plot(key, first, elem_classes="pg-plot")
     return board
 
 
-def build_tabs(first: dict[str, str]) -> Tabs:
+def build_tabs() -> Tabs:
     with gr.Tabs():
         with gr.Tab("Step log"):
             log = html(elem_id="pg-log")
@@ -79,13 +77,7 @@ def build_tabs(first: dict[str, str]) -> Tabs:
                 inspect_rid = gr.Dropdown([], label="request", allow_custom_value=True, scale=4)
                 refresh_ids = gr.Button("↻ list requests", size="sm", scale=1)
             inspector = html()
-        with gr.Tab("Compare: static vs continuous"):
-            scoreboard = html()
-            for row in (COMPARE_KEYS[:2], COMPARE_KEYS[2:]):
-                with gr.Row():
-                    for key in row:
-                        plot(key, first)
-    return Tabs(log, inspector_tab, inspect_rid, refresh_ids, inspector, scoreboard)
+    return Tabs(log, inspector_tab, inspect_rid, refresh_ids, inspector)
 
 
 def build_refresh(tick_s: float) -> Refresh:

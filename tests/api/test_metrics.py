@@ -10,6 +10,8 @@ from tests.api.server import TINY_MODEL, bare_app
 FAMILIES = {  # parsed family name -> type (counters lose their _total)
     "vllm:num_requests_running": "gauge",
     "vllm:num_requests_waiting": "gauge",
+    "vllm:num_requests_waiting_by_reason": "gauge",
+    "cb_playground:num_requests_waiting_by_reason": "gauge",
     "vllm:kv_cache_usage_perc": "gauge",
     "cb_playground:prefix_cache_hit_rate": "gauge",
     "cb_playground:kv_cache_blocks": "gauge",

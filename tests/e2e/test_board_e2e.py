@@ -33,12 +33,12 @@ MY_ANSWER = """() => { const c = document.querySelector('.pg-card.pg-mine');
 # re-mounts a gr.Plot it sends a new figure to; assets/charts.js draws in place instead).
 BATCH_STEPS = """(first) => { const gd = document.querySelector('#pg-plot-batch .js-plotly-plot');
     return [gd && gd.data ? gd.data[0].x.length : -1, gd === (first || gd)] }"""
-# The board's seven charts (the compare tab's are not .pg-plot), each drawn by Plotly.
+# The board's eight charts (the compare view's are not .pg-plot), each drawn by Plotly.
 BOARD_PLOTS = """() => [...document.querySelectorAll('.pg-plot')].map(p => {
     const gd = p.querySelector('.js-plotly-plot');
     if (!gd || !gd.data || !gd.querySelector('.main-svg')) return null;
     return (gd.layout.title && gd.layout.title.text) || '?' })"""
-NUM_BOARD_PLOTS = 7
+NUM_BOARD_PLOTS = 8
 OTHER_VISITOR = """(cls) => [...document.querySelectorAll('.pg-card')].some(c =>
     c.querySelector('.pg-name').textContent.startsWith('Visitor ') && c.querySelector('.' + cls))"""
 
@@ -68,7 +68,8 @@ def _wait_for_a_redraw(page, first) -> None:
 
 def test_board_end_to_end(page, tmp_path):
     page.wait_for_selector("#pg-board .pg-cards", timeout=60_000)
-    page.get_by_role("button", name="Chat burst").click()
+    page.get_by_role("button", name="Chat burst").click()  # it asks its question first
+    page.click("#pg-lesson-skip")
     page.get_by_text("Sampling").click()
     page.fill("#pg-max-tokens input[type=number]", "24")
     page.press("#pg-max-tokens input[type=number]", "Enter")
