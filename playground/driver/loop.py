@@ -6,6 +6,7 @@ then sleeps out the pace. EngineDriver (the package's public face) owns the thre
 """
 
 import itertools
+import logging
 import threading
 import time
 from dataclasses import replace
@@ -20,17 +21,19 @@ from playground.driver.watchdog import Watchdog
 from playground.limits import in_flight_error
 from playground.requests import Ledger, RequestRecord, RequestRejected, final_output, preview
 
+log = logging.getLogger(__name__)
+
 IDLE_WAIT = 0.05  # s between looks at the inbox when there is nothing to step
 ERROR_BACKOFF = 0.1  # s after a failed step, so a broken engine does not spin
 
 
 class DriverLoop:
-    def __init__(self, engine: LLMEngine, factory, pace, stuck_after_s: float):
+    def __init__(self, engine: LLMEngine, factory, pace, stuck_after_s: float, max_pause_s: float):
         self.factory = factory  # EngineConfig -> LLMEngine, for reset()
         self.inbox, self.steps, self.stop = Inbox(), StepCounter(), threading.Event()
         self.watchdog = Watchdog(stuck_after_s, self.stop)
         self.lanes = Lanes([Lane(MAIN_LANE, engine)])
-        self.clock = RunClock(pace)
+        self.clock = RunClock(pace, max_pause_s)
         self.ledger = Ledger()  # the first lane's recent requests
         self.streams, self.publisher = Streams(), Publisher()
         self.workload = None  # the simulated users (playground.users.Workload)
@@ -84,6 +87,9 @@ class DriverLoop:
         while not self.stop.is_set():
             self.inbox.wake.clear()
             self._drain()
+            if self.clock.resume_if_due():
+                log.info("the pause reached %.0f s: resumed", self.clock.max_pause_s)
+                self.publisher.dirty = True
             stepping = not self.clock.paused or self.steps.num_pending > 0
             if self.workload is not None and stepping:
                 self.workload.tick(self.clock.now(), self._submit_from_workload)
