@@ -11,6 +11,7 @@ routes can join the same server.
 import argparse
 import logging
 import os
+import secrets
 import time
 
 T_START = time.monotonic()  # `make run` -> page answering is measured from here
@@ -22,9 +23,10 @@ from fastapi import FastAPI  # noqa: E402
 from engine import EngineConfig, LLMEngine  # noqa: E402
 from engine.config import MODEL_IMPLS  # noqa: E402
 from playground.api import register_api  # noqa: E402
-from playground.driver import STUCK_AFTER_S, EngineDriver  # noqa: E402
+from playground.driver import MAX_PAUSE_S, STUCK_AFTER_S, EngineDriver  # noqa: E402
 from playground.limits import PublicLimits  # noqa: E402
 from playground.scenarios import SCENARIOS  # noqa: E402
+from playground.seat import PRESENTER_PARAM, ControlMode, Seat, SeatPolicy  # noqa: E402
 from playground.ui import build_ui, load_asset  # noqa: E402
 
 DEFAULT_PORT = 7860
@@ -80,6 +82,31 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--stuck-after", type=float, default=STUCK_AFTER_S, help="seconds before a step is stuck"
     )
+    seat = SeatPolicy()
+    p.add_argument(
+        "--controls",
+        choices=[m.value for m in ControlMode],
+        default=None,
+        help="who drives the board: open (anyone; default locally), seat (one visitor at a "
+        "time; default on a Space), locked (only the presenter)",
+    )
+    p.add_argument(
+        "--presenter-key",
+        default=None,
+        help=f"the key of the presenter's URL (?{PRESENTER_PARAM}=KEY); implies --controls "
+        "locked. Locked without it: a random key, printed at start",
+    )
+    p.add_argument(
+        "--seat-term", type=float, default=seat.term_s, help="seconds one visitor holds the seat "
+        "while others queue"
+    )  # fmt: skip
+    p.add_argument(
+        "--seat-idle", type=float, default=seat.idle_s, help="seconds without a control action "
+        "before the seat passes"
+    )  # fmt: skip
+    p.add_argument(
+        "--max-pause", type=float, default=MAX_PAUSE_S, help="seconds before a pause resumes"
+    )
     p.add_argument(
         "--scenario",
         choices=sorted(SCENARIOS),
@@ -124,14 +151,27 @@ def public_limits(args: argparse.Namespace) -> PublicLimits:
     )
 
 
+def control_seat(args: argparse.Namespace, driver: EngineDriver) -> Seat:
+    """Who drives the board: --controls (default: locked if a presenter key is given, seat on
+    a Space, else open) and the seat's times."""
+    default = "locked" if args.presenter_key else "seat" if os.environ.get("SPACE_ID") else "open"
+    mode = ControlMode(args.controls or default)
+    key = args.presenter_key
+    if mode is ControlMode.LOCKED and not key:
+        key = secrets.token_urlsafe(12)
+    policy = SeatPolicy(term_s=args.seat_term, idle_s=args.seat_idle)
+    return Seat(mode, policy, key, on_handover=driver.resume)
+
+
 def resolve_host_port(args: argparse.Namespace) -> tuple[str, int]:
     host = args.host or ("0.0.0.0" if os.environ.get("SPACE_ID") else "127.0.0.1")
     env_port = os.environ.get("PORT") or os.environ.get("GRADIO_SERVER_PORT")
     return host, args.port or int(env_port or DEFAULT_PORT)
 
 
-def create_app(driver: EngineDriver) -> FastAPI:
-    """FastAPI app: the board at "/", GET /healthz; add more routes to it before serving."""
+def create_app(driver: EngineDriver, seat: Seat | None = None) -> FastAPI:
+    """FastAPI app: the board at "/", GET /healthz; add more routes to it before serving.
+    `seat`: who drives the board (default: anyone)."""
     app = FastAPI(title="Continuous batching playground")
 
     @app.get("/healthz")
@@ -147,7 +187,7 @@ def create_app(driver: EngineDriver) -> FastAPI:
         }
 
     register_api(app, driver)  # /v1 (OpenAI-compatible) and /metrics, before the mount
-    demo = build_ui(driver)
+    demo = build_ui(driver, seat)
     theme = gr.themes.Soft(primary_hue="indigo", neutral_hue="slate")
     css = load_asset("style.css")
     return gr.mount_gradio_app(app, demo, path="/", css=css, theme=theme, footer_links=[])
@@ -162,16 +202,19 @@ def main(argv=None) -> None:
     engine = LLMEngine.from_pretrained(
         args.model, device=args.device, dtype=args.dtype, **_fields(config)
     )
-    driver = EngineDriver(
-        engine, pace=args.pace, base_config=config, limits=limits, stuck_after_s=args.stuck_after
-    )
+    driver = EngineDriver(engine, pace=args.pace, base_config=config, limits=limits,
+                          stuck_after_s=args.stuck_after, max_pause_s=args.max_pause)  # fmt: skip
+    seat = control_seat(args, driver)
     if args.scenario:
         SCENARIOS[args.scenario].start(driver)
-    server = _Server(uvicorn.Config(create_app(driver), host=host, port=port, log_level="warning"))
-    server.banner = (
-        f"Playground ready at http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"
-        f"  (model {args.model!r}; Ctrl-C stops)"
-    )
+    app = create_app(driver, seat)
+    server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"
+    server.banner = f"Playground ready at {url}  (model {args.model!r}; Ctrl-C stops)"
+    if seat.mode is ControlMode.LOCKED:
+        server.banner += (
+            f"\nPresenter (controls locked to it): {url}/?{PRESENTER_PARAM}={seat.presenter_key}"
+        )
     try:
         server.run()  # shuts down gracefully on Ctrl-C / SIGTERM
     except KeyboardInterrupt:  # uvicorn re-raises the signal once it has shut down

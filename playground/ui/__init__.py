@@ -4,12 +4,16 @@ Layout first (controls on the left, cards and charts on the right, tabs below, t
 parts the timer moves), then the wiring, at the bottom. The callbacks are in callbacks.py,
 the sections in controls.py and sections.py. One gr.Timer refreshes everything from the
 driver's latest BoardState and never waits for the driver.
+
+Every event is private to the page (api_visibility="private": not in the Gradio API, and
+gradio_client refuses it); the one endpoint meant for clients is `/generate` (gr.api).
 """
 
 import gradio as gr
 
 from playground.driver import EngineDriver
 from playground.scenarios import DEFAULT_SCENARIO, SCENARIOS
+from playground.seat import Seat
 from playground.ui.callbacks import TICK_S, BoardCallbacks, TickOutputs
 from playground.ui.controls import Controls, build_controls, scenario_knobs
 from playground.ui.sections import (
@@ -26,8 +30,12 @@ from playground.ui.widgets import load_asset
 __all__ = ["TICK_S", "build_ui", "load_asset"]
 
 
-def build_ui(driver: EngineDriver) -> gr.Blocks:
-    callbacks = BoardCallbacks(driver)
+PRIVATE = dict(api_visibility="private")  # the page's own events: no Gradio API endpoint
+
+
+def build_ui(driver: EngineDriver, seat: Seat | None = None) -> gr.Blocks:
+    """The board; `seat` says who may drive it (default: anyone, ControlMode.OPEN)."""
+    callbacks = BoardCallbacks(driver, seat)
     first, _ = callbacks.cache.get(driver.state())
     with gr.Blocks(title="Continuous batching playground") as demo:
         refresh = build_refresh(TICK_S)
@@ -36,20 +44,22 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
             controls = build_controls(driver, scenario_knobs(driver, SCENARIOS[DEFAULT_SCENARIO]))
             board = build_board(first)
         tabs = build_tabs(first)
-        _wire_refresh(demo, callbacks, refresh, top, board, tabs)
+        _wire_refresh(demo, callbacks, refresh, top, board, tabs, controls)
         _wire_controls(demo, callbacks, controls, tabs)
     return demo
 
 
-def _wire_refresh(demo, cb: BoardCallbacks, refresh: Refresh, top: Top, board, tabs: Tabs):
+def _wire_refresh(demo, cb: BoardCallbacks, refresh: Refresh, top: Top, board, tabs: Tabs,
+                  c: Controls):  # fmt: skip
     r = refresh
     outputs = list(TickOutputs(r.version, r.chart_version, r.compare_version, r.charts_at,
                                r.timer, top.alert, top.stats, board, tabs.log, tabs.inspector,
-                               tabs.scoreboard))  # fmt: skip
-    hidden = dict(show_progress="hidden", queue=False)
-    inputs = [r.version, r.chart_version, r.charts_at, tabs.inspect_rid, r.timer]
+                               tabs.scoreboard, r.seat_shown, c.seat, c.role))  # fmt: skip
+    hidden = dict(show_progress="hidden", queue=False, **PRIVATE)
+    inputs = [r.version, r.chart_version, r.charts_at, tabs.inspect_rid, r.timer, r.seat_shown]
     r.timer.tick(cb.tick, inputs, outputs, **hidden)
-    demo.load(cb.tick, inputs, outputs, show_progress="hidden")
+    demo.load(cb.arrive, inputs, outputs, **hidden)
+    c.role.change(cb.show_role, c.role, [*c.drive, c.seat_button], **hidden)
     r.chart_version.change(cb.redraw_charts, [r.chart_version, r.sent], [r.sent, r.figures],
                            **hidden)  # fmt: skip
     r.compare_version.change(cb.redraw_compare, [r.compare_version, r.sent_compare],
@@ -62,21 +72,23 @@ def _wire_refresh(demo, cb: BoardCallbacks, refresh: Refresh, top: Top, board, t
 
 def _wire_controls(demo, cb: BoardCallbacks, c: Controls, tabs: Tabs):
     knobs = list(c.knobs)
-    gr.api(cb.generate, api_name="generate", concurrency_limit=None)
+    gr.api(cb.generate, api_name="generate", concurrency_limit=None)  # for clients
+    p = PRIVATE
     c.knobs.scenario.change(cb.pick_scenario, c.knobs.scenario, [*knobs[1:], c.note],
-                            show_progress="hidden")  # fmt: skip
-    c.start.click(cb.start, knobs, c.pause)
+                            show_progress="hidden", **p)  # fmt: skip
+    c.seat_button.click(cb.toggle_seat, None, None, **p)
+    c.start.click(cb.start, knobs, c.pause, **p)
     for key, button in c.presets.items():
-        button.click(lambda key=key: cb.start_preset(key), None, [*knobs, c.note, c.pause])
-    c.pause.click(cb.toggle_pause, None, c.pause)
-    c.step.click(cb.single_step, None, c.pause)
+        button.click(cb.start_preset, gr.State(key), [*knobs, c.note, c.pause], **p)
+    c.pause.click(cb.toggle_pause, None, c.pause, **p)
+    c.step.click(cb.single_step, None, c.pause, **p)
     engine_knobs = [c.knobs.policy, c.knobs.budget, c.knobs.max_seqs, c.knobs.kv_blocks]
-    c.reset.click(cb.reset_board, engine_knobs, c.pause)
-    c.pace.change(cb.set_pace, c.pace, None)
+    c.reset.click(cb.reset_board, engine_knobs, c.pause, **p)
+    c.pace.change(cb.set_pace, c.pace, None, **p)
     sampling = list(c.sampling)
-    c.send.click(cb.submit_prompt, sampling, [c.sampling.prompt, c.send_status])
-    c.sampling.prompt.submit(cb.submit_prompt, sampling, [c.sampling.prompt, c.send_status])
-    c.cancel.click(cb.cancel_mine, None, c.send_status)
-    tabs.refresh_ids.click(cb.list_requests, None, tabs.inspect_rid)
-    tabs.inspector_tab.select(cb.list_requests, None, tabs.inspect_rid)
-    tabs.inspect_rid.change(cb.inspect_request, tabs.inspect_rid, tabs.inspector)
+    c.send.click(cb.submit_prompt, sampling, [c.sampling.prompt, c.send_status], **p)
+    c.sampling.prompt.submit(cb.submit_prompt, sampling, [c.sampling.prompt, c.send_status], **p)
+    c.cancel.click(cb.cancel_mine, None, c.send_status, **p)
+    tabs.refresh_ids.click(cb.list_requests, None, tabs.inspect_rid, **p)
+    tabs.inspector_tab.select(cb.list_requests, None, tabs.inspect_rid, **p)
+    tabs.inspect_rid.change(cb.inspect_request, tabs.inspect_rid, tabs.inspector, **p)

@@ -5,6 +5,10 @@ The engine and the driver are shared by every browser session; per-session thing
 visitor's id, the last board version drawn, the request being inspected) come in through
 gr.State / gr.Request. `tick` never waits for the driver. Figures are built once per board
 version and shared by all sessions (FigureCache).
+
+Every handler but the timer's answers only sessions of the board's page (those whose load
+event ran: `arrive`); the controls also ask the Seat (playground/seat.py) whether this
+session drives, and spend one token of its rate limit.
 """
 
 import random
@@ -19,8 +23,11 @@ from playground import cards, public
 from playground.audience import Audience
 from playground.driver import EngineDriver, RequestRejected
 from playground.inspector import render_inspector
+from playground.rate_limit import RateLimited
 from playground.scenarios import SCENARIOS
-from playground.ui.controls import note, scenario_knobs
+from playground.seat import PRESENTER_PARAM, Role, Seat, SeatView
+from playground.seat_banner import refusal, render_seat, seat_button
+from playground.ui.controls import NUM_DRIVE_CONTROLS, Knobs, note, scenario_knobs
 from playground.views import FigureCache, board_values, chart_values, compare_values
 
 TICK_S = 0.25  # the text refreshes ~4 times a second
@@ -42,6 +49,9 @@ class TickOutputs(NamedTuple):
     log: object
     inspector: object
     scoreboard: object
+    seat_shown: object  # gr.State: (banner, role) this session was sent last
+    seat: object  # the seat banner
+    role: object  # this session's Role, when it changed
 
 
 def with_knobs(cfg: EngineConfig, policy, budget, max_seqs, kv_blocks) -> EngineConfig:
@@ -59,18 +69,52 @@ def warn(message: str) -> str:
 
 
 class BoardCallbacks:
-    def __init__(self, driver: EngineDriver):
+    def __init__(self, driver: EngineDriver, seat: Seat | None = None):
         self.driver = driver
+        self.seat = seat or Seat(on_handover=driver.resume)
         self.cache = FigureCache()
         self.audience = Audience()
 
+    # -- who may ask -----------------------------------------------------------------------
+    def _visitor(self, request: gr.Request) -> str:
+        """The session of a page of the board; gr.Error for a call from anywhere else."""
+        if not self.seat.is_visitor(request.session_hash):
+            raise gr.Error(refusal(SeatView(self.seat.mode, Role.STRANGER)))
+        return request.session_hash
+
+    def _drives(self, request: gr.Request) -> bool:
+        """May this control action go ahead? Warns why not (the seat, the rate limit)."""
+        session, now = request.session_hash, time.monotonic()
+        try:
+            role = self.seat.act(session, now)
+        except RateLimited as exc:
+            warn(f"Slow down: {exc}")
+            return False
+        if role is Role.STRANGER:
+            self._visitor(request)  # raises
+        if role is not Role.DRIVER:
+            warn(f"Not yours to drive: {refusal(self.seat.view(session, now))}")
+            return False
+        return True
+
     # -- refresh ---------------------------------------------------------------------------
-    def tick(self, seen, charts_seen, last_charts, rid, every, request: gr.Request):
+    def arrive(self, seen, charts_seen, last_charts, rid, every, shown, request: gr.Request):
+        """The page's load event: the session becomes a visitor of the board (a presenter
+        if its URL carries the presenter key), then its first tick."""
+        key = dict(request.query_params or {}).get(PRESENTER_PARAM)
+        self.seat.arrive(request.session_hash, time.monotonic(), key)
+        return self.tick(seen, charts_seen, last_charts, rid, every, shown, request)
+
+    def tick(self, seen, charts_seen, last_charts, rid, every, shown, request: gr.Request):
         """Cheap: never waits for the driver. The text comes with the tick; the charts
         come through chart_version's change event, at most every CHART_INTERVAL_S. Both
         come more rarely while many people watch (see Audience): the timer's interval
         is part of the answer."""
         state, now = self.driver.state(), time.monotonic()
+        session = request.session_hash
+        self.seat.seen(session, now)
+        view = self.seat.view(session, now)
+        seat_now = (render_seat(view, state.paused_until, now), view.role.value)
         changed = state.version != seen
         warning = cards.render_alert(self.driver.stuck_for())
         if not warning and not changed:
@@ -95,7 +139,22 @@ class BoardCallbacks:
             interval if interval != every else skip,
             warning,
             *text,
+            *self._seat_outputs(seat_now, shown),
         )
+
+    @staticmethod
+    def _seat_outputs(seat_now: tuple[str, str], shown) -> list:
+        if tuple(shown or ()) == seat_now:
+            return [gr.skip()] * 3
+        role_changed = not shown or shown[1] != seat_now[1]
+        return [seat_now, seat_now[0], seat_now[1] if role_changed else gr.skip()]
+
+    def show_role(self, role: str) -> list:
+        """This session's role changed: what it may use, and the seat button."""
+        role = Role(role)
+        button = seat_button(SeatView(self.seat.mode, role))
+        updates = [gr.update(interactive=role.may_drive) for _ in range(NUM_DRIVE_CONTROLS)]
+        return [*updates, gr.Button(button or "", visible=button is not None)]
 
     def redraw_charts(self, _version, charts_sent: dict):
         return chart_values(self.driver.state(), self.cache, charts_sent)
@@ -104,12 +163,20 @@ class BoardCallbacks:
         return compare_values(self.driver.state(), self.cache, charts_sent)
 
     # -- presets and transport -----------------------------------------------------------------
-    def pick_scenario(self, key: str):
+    def pick_scenario(self, key: str, request: gr.Request):
         """The knobs of a preset (but the scenario itself) and its note."""
+        self._visitor(request)
         sc = SCENARIOS[key]
         return [*scenario_knobs(self.driver, sc)[1:], note(sc)]
 
-    def start(self, key, num_users, arrival, rate, policy, compare, budget, max_seqs, kv_blocks):
+    def start(self, key, num_users, arrival, rate, policy, compare, budget, max_seqs, kv_blocks,
+              request: gr.Request):  # fmt: skip
+        if not self._drives(request):
+            return gr.skip()
+        return self._start(key, num_users, arrival, rate, policy, compare, budget, max_seqs,
+                           kv_blocks)  # fmt: skip
+
+    def _start(self, key, num_users, arrival, rate, policy, compare, budget, max_seqs, kv_blocks):
         sc = SCENARIOS[key]
         try:
             cfg = with_knobs(sc.engine_config(self.driver.base_config), policy, budget,
@@ -123,26 +190,34 @@ class BoardCallbacks:
         self.driver.resume()
         return gr.Button("Pause")
 
-    def start_preset(self, key: str):
+    def start_preset(self, key: str, request: gr.Request):
         """A preset's button: its knobs shown, and started with them."""
+        if not self._drives(request):
+            return [gr.skip()] * (len(Knobs._fields) + 2)
         sc = SCENARIOS[key]
         knobs = scenario_knobs(self.driver, sc)
-        self.start(*knobs)
+        self._start(*knobs)
         return [*knobs, note(sc), gr.Button("Pause")]
 
-    def toggle_pause(self):
+    def toggle_pause(self, request: gr.Request):
+        if not self._drives(request):
+            return gr.skip()
         if self.driver.is_paused:
             self.driver.resume()
             return gr.Button("Pause")
         self.driver.pause()
         return gr.Button("Resume")
 
-    def single_step(self):
+    def single_step(self, request: gr.Request):
+        if not self._drives(request):
+            return gr.skip()
         self.driver.pause()
         self.driver.step_once(timeout=30)
         return gr.Button("Resume")
 
-    def reset_board(self, policy, budget, max_seqs, kv_blocks):
+    def reset_board(self, policy, budget, max_seqs, kv_blocks, request: gr.Request):
+        if not self._drives(request):
+            return gr.skip()
         try:
             self.driver.reset(with_knobs(self.driver.base_config, policy, budget, max_seqs,
                                          kv_blocks))  # fmt: skip
@@ -151,15 +226,25 @@ class BoardCallbacks:
             return gr.skip()
         return gr.Button("Pause") if not self.driver.is_paused else gr.skip()
 
-    def set_pace(self, value: str):
+    def set_pace(self, value: str, request: gr.Request):
+        if not self._drives(request):
+            return
         try:
             self.driver.set_pace(value)
-        except ValueError:
-            warn(f"pace must be 'max' or a number of steps per second, got {value!r}")
+        except ValueError as exc:
+            warn(str(exc))
+
+    def toggle_seat(self, request: gr.Request):
+        """The seat button: take, give up, queue, leave the queue (the next tick shows it)."""
+        self._visitor(request)
+        try:
+            self.seat.toggle(request.session_hash, time.monotonic())
+        except RateLimited as exc:
+            warn(f"Slow down: {exc}")
 
     # -- the visitor's own requests ------------------------------------------------------------
     def submit_prompt(self, text, mt, temp, tp, tk, sd, stop_text, lp, request: gr.Request):
-        me = cards.visitor_owner(request.session_hash)
+        me = cards.visitor_owner(self._visitor(request))
         if not text or not text.strip():
             return gr.skip(), "Type a prompt first."
         try:
@@ -178,7 +263,7 @@ class BoardCallbacks:
         return "", f"Sent as **{cards.esc(handle.request_id)}**: it streams into your card."
 
     def cancel_mine(self, request: gr.Request):
-        self.driver.abort_owner(cards.visitor_owner(request.session_hash))
+        self.driver.abort_owner(cards.visitor_owner(self._visitor(request)))
         return "Cancelled your requests."
 
     def generate(self, prompt: str, max_tokens: int = 64, temperature: float = 0.7) -> str:
@@ -188,17 +273,20 @@ class BoardCallbacks:
         return handle.result(timeout=600).text
 
     def leave(self, request: gr.Request):
+        """The page closed: its requests are cancelled, its seat passes on."""
+        self.seat.leave(request.session_hash, time.monotonic())
         self.driver.abort_owner(cards.visitor_owner(request.session_hash))
 
     # -- the inspector ---------------------------------------------------------------------------
     def list_requests(self, request: gr.Request):
-        me = cards.visitor_owner(request.session_hash)
+        me = cards.visitor_owner(self._visitor(request))
         state = self.driver.state()
         labels = cards.request_labels(state, me)
         ids = [r.request_id for r in reversed(state.records)]
         return gr.Dropdown([(labels.get(i, i), i) for i in ids])
 
-    def inspect_request(self, rid: str | None):
+    def inspect_request(self, rid: str | None, request: gr.Request):
+        self._visitor(request)
         if not rid:
             return render_inspector(None, (), None)
         self.driver.watch(rid)

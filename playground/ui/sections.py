@@ -50,6 +50,7 @@ class Refresh:
     figures: gr.Textbox  # {chart: figure} JSON for assets/charts.js
     compare_figures: gr.Textbox
     timer: gr.Timer
+    seat_shown: gr.State  # (seat banner, role) this session was sent last
 
 
 def build_top() -> Top:
@@ -99,4 +100,5 @@ def build_refresh(tick_s: float) -> Refresh:
         figures=gr.Textbox(visible=False),
         compare_figures=gr.Textbox(visible=False),
         timer=gr.Timer(tick_s),
+        seat_shown=gr.State(()),
     )

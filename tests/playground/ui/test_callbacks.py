@@ -1,5 +1,7 @@
 """The board's callbacks: escaped refusals, the timer's interval, the watchdog banner."""
 
+import time
+
 import gradio as gr
 import pytest
 
@@ -14,17 +16,25 @@ def _callback(demo: gr.Blocks, name: str):
     return next(f.fn for f in demo.fns.values() if f.name == name)
 
 
+def visitor(demo: gr.Blocks, session: str, **query) -> gr.Request:
+    """A session whose page loaded (the load event ran): its request."""
+    request = gr.Request(session_hash=session, query_params=query)
+    _callback(demo, "arrive")(-1, -1, 0.0, None, TICK_S, (), request)
+    return request
+
+
 def test_refusals_in_toasts_and_the_send_status_are_escaped(driver):
     """Gradio renders gr.Warning toasts and the status Markdown as HTML, and a refusal can
     quote the visitor's own text: a stop string over 256 characters, a custom pace, a knob."""
     demo = build_ui(driver)
     submit = _callback(demo, "submit_prompt")
+    me = visitor(demo, "a")
     with pytest.warns(UserWarning) as toasts:  # gr.Warning outside a request warns
-        _, status = submit("hi", 8, 0.7, 0.95, 0, -1, XSS * 10, True,
-                           gr.Request(session_hash="a"))  # fmt: skip
-        _callback(demo, "set_pace")(XSS)
-        _callback(demo, "start")("chat_burst", 2, "all at once", 1.0, XSS, False, 256, 16, 128)
-        _callback(demo, "reset_board")(XSS, 256, 16, 128)
+        _, status = submit("hi", 8, 0.7, 0.95, 0, -1, XSS * 10, True, me)
+        _callback(demo, "set_pace")(XSS, me)
+        _callback(demo, "start")("chat_burst", 2, "all at once", 1.0, XSS, False, 256, 16, 128,
+                                 me)  # fmt: skip
+        _callback(demo, "reset_board")(XSS, 256, 16, 128, me)
     shown = [status, *(str(w.message) for w in toasts if "img" in str(w.message))]
     assert len(shown) == 5 and status.startswith("Refused: stop strings")
     for text in shown:
@@ -39,7 +49,7 @@ def test_the_timer_slows_down_while_many_sessions_watch(driver):
     tick = next(f.fn for f in demo.fns.values() if f.name == "tick")  # timer and page load
 
     def interval(session: str, every: float):  # the timer output of one tick
-        out = tick(-1, -1, 0.0, None, every, gr.Request(session_hash=session))
+        out = tick(-1, -1, 0.0, None, every, (), gr.Request(session_hash=session))
         return out.timer
 
     assert interval("s0", TICK_S) == gr.skip()  # one watcher: the timer is left as it is
@@ -53,14 +63,16 @@ def test_the_watchdog_banner_is_sent_only_when_it_can_have_changed(driver):
     demo = build_ui(driver)
     tick = next(f.fn for f in demo.fns.values() if f.name == "tick")
     request = gr.Request(session_hash="a")
-    first = tick(-1, -1, 0.0, None, TICK_S, request)
+    first = tick(-1, -1, 0.0, None, TICK_S, (), request)
     assert first.alert == ""  # a new board version: the (empty) banner comes with it
     version = first.version
-    assert tick(version, version, 0.0, None, TICK_S, request).alert == gr.skip()
+    assert tick(version, version, 0.0, None, TICK_S, (), request).alert == gr.skip()
 
 
 def test_a_preset_shows_its_knobs_and_starts_with_them(driver):
-    values = BoardCallbacks(driver).start_preset("kv_pressure")
+    cb = BoardCallbacks(driver)
+    cb.seat.arrive("a", time.monotonic())
+    values = cb.start_preset("kv_pressure", gr.Request(session_hash="a"))
     knobs = Knobs(*values[: len(Knobs._fields)])
     assert knobs.scenario == "kv_pressure" and knobs.kv_blocks == 40
     assert driver.config.num_kv_blocks == 40 and driver.config.block_size == 16
