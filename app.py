@@ -23,7 +23,8 @@ from fastapi import FastAPI  # noqa: E402
 from engine import EngineConfig, LLMEngine  # noqa: E402
 from engine.config import MODEL_IMPLS  # noqa: E402
 from playground.api import register_api  # noqa: E402
-from playground.driver import MAX_PAUSE_S, STUCK_AFTER_S, EngineDriver  # noqa: E402
+from playground.driver import MAX_PAUSE_S, MIN_PACE, STUCK_AFTER_S, EngineDriver  # noqa: E402
+from playground.driver.clock import parse_pace  # noqa: E402
 from playground.limits import PublicLimits  # noqa: E402
 from playground.scenarios import SCENARIOS  # noqa: E402
 from playground.seat import PRESENTER_PARAM, ControlMode, Seat, SeatPolicy  # noqa: E402
@@ -62,7 +63,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="compile the model's forward before serving: faster steps, minutes to start on a CPU",
     )
     p.add_argument("--max-waiting", type=int, default=None, help="waiting requests before 429")
-    p.add_argument("--pace", default="max", help="'max' or steps per second (slow motion)")
+    p.add_argument(
+        "--pace", default="max", type=_pace, help=f"'max' or steps per second, >= {MIN_PACE:g}"
+    )
     limits = PublicLimits()
     p.add_argument("--limit-prompt-tokens", type=int, default=limits.max_prompt_tokens)
     p.add_argument("--limit-max-tokens", type=int, default=limits.max_tokens)
@@ -96,17 +99,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         help=f"the key of the presenter's URL (?{PRESENTER_PARAM}=KEY); implies --controls "
         "locked. Locked without it: a random key, printed at start",
     )
-    p.add_argument(
-        "--seat-term", type=float, default=seat.term_s, help="seconds one visitor holds the seat "
-        "while others queue"
-    )  # fmt: skip
-    p.add_argument(
-        "--seat-idle", type=float, default=seat.idle_s, help="seconds without a control action "
-        "before the seat passes"
-    )  # fmt: skip
-    p.add_argument(
-        "--max-pause", type=float, default=MAX_PAUSE_S, help="seconds before a pause resumes"
-    )
+    p.add_argument("--seat-term", type=_seconds, default=seat.term_s,
+                   help="seconds one visitor holds the seat while others queue")  # fmt: skip
+    p.add_argument("--seat-idle", type=_seconds, default=seat.idle_s,
+                   help="seconds without a control action before the seat passes")  # fmt: skip
+    p.add_argument("--max-pause", type=_seconds, default=MAX_PAUSE_S,
+                   help="seconds after which a pause resumes by itself")  # fmt: skip
     p.add_argument(
         "--scenario",
         choices=sorted(SCENARIOS),
@@ -151,7 +149,22 @@ def public_limits(args: argparse.Namespace) -> PublicLimits:
     )
 
 
-def control_seat(args: argparse.Namespace, driver: EngineDriver) -> Seat:
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return value
+
+
+def _pace(text: str) -> str:
+    try:
+        parse_pace(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def control_seat(args: argparse.Namespace) -> Seat:
     """Who drives the board: --controls (default: locked if a presenter key is given, seat on
     a Space, else open) and the seat's times."""
     default = "locked" if args.presenter_key else "seat" if os.environ.get("SPACE_ID") else "open"
@@ -159,8 +172,7 @@ def control_seat(args: argparse.Namespace, driver: EngineDriver) -> Seat:
     key = args.presenter_key
     if mode is ControlMode.LOCKED and not key:
         key = secrets.token_urlsafe(12)
-    policy = SeatPolicy(term_s=args.seat_term, idle_s=args.seat_idle)
-    return Seat(mode, policy, key, on_handover=driver.resume)
+    return Seat(mode, SeatPolicy(term_s=args.seat_term, idle_s=args.seat_idle), key)
 
 
 def resolve_host_port(args: argparse.Namespace) -> tuple[str, int]:
@@ -199,12 +211,13 @@ def main(argv=None) -> None:
     config = engine_config(args)  # validated before the slow load
     limits = public_limits(args)
     host, port = resolve_host_port(args)
+    seat = control_seat(args)
     engine = LLMEngine.from_pretrained(
         args.model, device=args.device, dtype=args.dtype, **_fields(config)
     )
     driver = EngineDriver(engine, pace=args.pace, base_config=config, limits=limits,
                           stuck_after_s=args.stuck_after, max_pause_s=args.max_pause)  # fmt: skip
-    seat = control_seat(args, driver)
+    seat.on_handover = driver.resume  # a pause ends when its holder's seat does
     if args.scenario:
         SCENARIOS[args.scenario].start(driver)
     app = create_app(driver, seat)

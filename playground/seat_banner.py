@@ -34,19 +34,19 @@ def _seat_line(view: SeatView) -> str:
         return ""
     if view.mode is ControlMode.LOCKED:
         if view.role is Role.DRIVER:
-            return "🎤 <b>You present</b>: the controls are yours."
-        return "🔒 The presenter drives this board. You can send prompts."
+            return "<b>You present</b>: the controls are yours."
+        return "<b>Controls locked</b>: the presenter drives this board. You can send prompts."
     queued = f" {view.num_queued} queued." if view.num_queued else ""
     if view.role is Role.FREE:
-        return "🎮 The controls are free: Start a run, press a preset or take the seat to drive."
+        return "The controls are free: Start a run, press a preset or take the seat to drive."
     if view.role is Role.DRIVER:
         return (
-            f"🎮 <b>You drive</b> the board: {clock(view.left_s)} left (any control action "
-            f"adds time while nobody queues; leaving passes the seat on).{queued}"
+            f"<b>You drive</b> the board: {clock(view.left_s)} left (a control action "
+            f"renews it while nobody queues; leaving passes the seat on).{queued}"
         )
     who = cards.esc(holder_label(view.holder))
     line = (
-        f"🎮 <b>{who}</b> drives the board; the seat passes in {clock(view.left_s)} at most. "
+        f"<b>{who}</b> drives the board; the seat passes in {clock(view.left_s)} at most. "
         "You can send prompts"
     )
     if view.role is Role.QUEUED:
@@ -58,7 +58,7 @@ def render_seat(view: SeatView, paused_until: float | None, now: float) -> str:
     """The banner: who drives (seat and locked modes), and a pause's countdown (any mode)."""
     lines = [line for line in (_seat_line(view),) if line]
     if paused_until is not None:
-        lines.append(f"⏸ Paused: resumes by itself in {clock(paused_until - now)}.")
+        lines.append(f"Paused: resumes by itself in {clock(paused_until - now)}.")
     if not lines:
         return ""
     body = "<br>".join(lines)

@@ -108,6 +108,7 @@ def build_controls(driver: EngineDriver, k0: Knobs) -> Controls:
             value="max" if pace0 is None else f"{pace0:g}",
             allow_custom_value=True,
             label="pace: steps per second",
+            elem_id="pg-pace",
         )
         with gr.Accordion("Workload and engine knobs", open=False):
             knobs = Knobs(
