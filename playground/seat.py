@@ -116,7 +116,11 @@ class Seat:
             return
         with self._lock:
             self._seen[session] = now
-            if key and self.presenter_key and hmac.compare_digest(key, self.presenter_key):
+            if (
+                key
+                and self.presenter_key
+                and hmac.compare_digest(key.encode(), self.presenter_key.encode())
+            ):
                 self._presenters.add(session)
 
     def leave(self, session: str | None, now: float) -> None:
@@ -189,10 +193,8 @@ class Seat:
     def view(self, session: str | None, now: float) -> SeatView:
         with self._lock:
             role = self._role(session, now)
-            if self.mode is not ControlMode.SEAT or self.holder is None:
-                return SeatView(self.mode, role, num_queued=len(self._queue))
+            left = self._left(now) if self.holder is not None else None
             position = self._queue.index(session) + 1 if session in self._queue else None
-            left = self._left(now)
             return SeatView(self.mode, role, self.holder, left, position, len(self._queue))
 
     # -- inside the lock ---------------------------------------------------------------------
@@ -228,6 +230,7 @@ class Seat:
         """Pass the seat on if its holder's turn is over; True if it left a holder."""
         for s in [s for s, t in self._seen.items() if now - t > FORGET_AFTER_S]:
             del self._seen[s]
+            self._presenters.discard(s)
         if self.holder is None:
             return False
         if self._present(self.holder, now) and self._left(now) > 0:

@@ -71,5 +71,7 @@ def refusal(view: SeatView) -> str:
         return "the board's controls answer the board's own page only: open it in a browser"
     if view.role is Role.AUDIENCE:
         return "the controls are locked: only the presenter drives this board"
+    if view.holder is None:
+        return "the seat just changed hands: look at the banner and try again"
     who = holder_label(view.holder)
-    return f"{who} drives the board (the seat passes in {clock(view.left_s or 0)} at most)"
+    return f"{who} drives the board (the seat passes in {clock(view.left_s)} at most)"

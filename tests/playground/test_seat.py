@@ -106,8 +106,9 @@ def test_locked_mode_lets_only_the_presenter_drive():
     seat, _ = _seat("locked", presenter_key="s3cret")
     seat.arrive("p", 0, key="s3cret")
     seat.arrive("q", 0, key="guess")
+    seat.arrive("u", 0, key="s3crét")  # not ASCII: refused, not an error
     assert seat.act("p", 1) is Role.DRIVER
-    for s in ("a", "q"):
+    for s in ("a", "q", "u"):
         assert seat.act(s, 1) is Role.AUDIENCE and seat.toggle(s, 1) is Role.AUDIENCE
     seat.leave("p", 2)
     seat.arrive("p", 3)  # back without the key: audience
