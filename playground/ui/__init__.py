@@ -59,7 +59,7 @@ def _wire_refresh(demo, cb: BoardCallbacks, refresh: Refresh, top: Top, board, t
     inputs = [r.version, r.chart_version, r.charts_at, tabs.inspect_rid, r.timer, r.seat_shown]
     r.timer.tick(cb.tick, inputs, outputs, **hidden)
     demo.load(cb.arrive, inputs, outputs, **hidden)
-    c.role.change(cb.show_role, c.role, [*c.drive, c.seat_button], **hidden)
+    c.role.change(cb.show_role, c.role, [c.pause, *c.drive, c.seat_button], **hidden)
     r.chart_version.change(cb.redraw_charts, [r.chart_version, r.sent], [r.sent, r.figures],
                            **hidden)  # fmt: skip
     r.compare_version.change(cb.redraw_compare, [r.compare_version, r.sent_compare],

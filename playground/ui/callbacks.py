@@ -49,9 +49,9 @@ class TickOutputs(NamedTuple):
     log: object
     inspector: object
     scoreboard: object
-    seat_shown: object  # gr.State: (banner, role) this session was sent last
+    seat_shown: object  # gr.State: (banner, role key) this session was sent last
     seat: object  # the seat banner
-    role: object  # this session's Role, when it changed
+    role: object  # "<Role>:paused|running" of this session, when it changed
 
 
 def with_knobs(cfg: EngineConfig, policy, budget, max_seqs, kv_blocks) -> EngineConfig:
@@ -114,7 +114,8 @@ class BoardCallbacks:
         session = request.session_hash
         self.seat.seen(session, now)
         view = self.seat.view(session, now)
-        seat_now = (render_seat(view, state.paused_until, now), view.role.value)
+        running = "paused" if state.paused else "running"
+        seat_now = (render_seat(view, state.paused_until, now), f"{view.role.value}:{running}")
         changed = state.version != seen
         warning = cards.render_alert(self.driver.stuck_for())
         if not warning and not changed:
@@ -149,12 +150,16 @@ class BoardCallbacks:
         role_changed = not shown or shown[1] != seat_now[1]
         return [seat_now, seat_now[0], seat_now[1] if role_changed else gr.skip()]
 
-    def show_role(self, role: str) -> list:
-        """This session's role changed: what it may use, and the seat button."""
-        role = Role(role)
+    def show_role(self, key: str) -> list:
+        """This session's role or the board's pause changed: the Pause button, what else the
+        session may use, and the seat button."""
+        name, _, running = key.partition(":")
+        role = Role(name)
         button = seat_button(SeatView(self.seat.mode, role))
+        label = "Resume" if running == "paused" else "Pause"
+        pause = gr.update(value=label, interactive=role.may_drive)
         updates = [gr.update(interactive=role.may_drive) for _ in range(NUM_DRIVE_CONTROLS)]
-        return [*updates, gr.Button(button or "", visible=button is not None)]
+        return [pause, *updates, gr.update(value=button or "", visible=button is not None)]
 
     def redraw_charts(self, _version, charts_sent: dict):
         return chart_values(self.driver.state(), self.cache, charts_sent)

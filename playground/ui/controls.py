@@ -30,8 +30,8 @@ class Knobs(NamedTuple):
     kv_blocks: object
 
 
-NUM_DRIVE_CONTROLS = len(SCENARIOS) + 5 + len(Knobs._fields)  # Controls.drive: presets,
-# start, pause, step, reset, pace, knobs
+NUM_DRIVE_CONTROLS = len(SCENARIOS) + 4 + len(Knobs._fields)  # Controls.drive: presets,
+# start, step, reset, pace, knobs
 
 
 class Sampling(NamedTuple):
@@ -51,7 +51,7 @@ class Sampling(NamedTuple):
 class Controls:
     seat: gr.HTML  # who drives, and a pause's countdown
     seat_button: gr.Button  # take / give up / queue for the seat (seat mode)
-    role: gr.Textbox  # hidden: this session's Role; its change sets what is interactive
+    role: gr.Textbox  # hidden: "<Role>:paused|running"; its change sets what is interactive
     presets: dict[str, gr.Button]
     note: gr.HTML
     start: gr.Button
@@ -67,9 +67,10 @@ class Controls:
 
     @property
     def drive(self) -> list:
-        """What only a driver may use (the seat's holder, a presenter; anyone in open mode)."""
-        return [*self.presets.values(), self.start, self.pause, self.step, self.reset,
-                self.pace, *self.knobs]  # fmt: skip
+        """What only a driver may use (the seat's holder, a presenter; anyone in open mode),
+        but the Pause button, whose label also follows the board."""
+        return [*self.presets.values(), self.start, self.step, self.reset, self.pace,
+                *self.knobs]  # fmt: skip
 
 
 def scenario_knobs(driver: EngineDriver, sc: Scenario) -> Knobs:

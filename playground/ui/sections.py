@@ -50,7 +50,7 @@ class Refresh:
     figures: gr.Textbox  # {chart: figure} JSON for assets/charts.js
     compare_figures: gr.Textbox
     timer: gr.Timer
-    seat_shown: gr.State  # (seat banner, role) this session was sent last
+    seat_shown: gr.State  # (seat banner, role key) this session was sent last
 
 
 def build_top() -> Top:

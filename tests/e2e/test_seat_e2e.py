@@ -59,8 +59,10 @@ def test_the_seat_passes_on_leave_and_on_timeout(server, browser, tmp_path):
     b.wait_for_function("() => !document.querySelector('#pg-pause').disabled", timeout=30_000)
     b.click("#pg-pause")  # b pauses; nobody resumes: the pause ends by itself
     _seat_says(b, "Paused: resumes by itself")
+    assert b.locator("#pg-pause").inner_text() == "Resume"
     _seat_says(b, "Paused", absent=True, timeout_s=MAX_PAUSE_S + 15)
     assert "You drive" in b.evaluate(SEAT)  # still b's seat (idle_s > max_pause_s)
+    b.wait_for_function("() => document.querySelector('#pg-pause').innerText === 'Pause'")
     _seat_says(b, "The controls are free", timeout_s=IDLE_S + 15)  # b went idle
     b.context.close()
 

@@ -5,9 +5,10 @@ import time
 import gradio as gr
 import pytest
 
+from playground.seat import Seat
 from playground.ui import TICK_S, build_ui
 from playground.ui.callbacks import BoardCallbacks
-from playground.ui.controls import Knobs
+from playground.ui.controls import NUM_DRIVE_CONTROLS, Knobs
 
 XSS = "<img src=x onerror=alert(1)>"
 
@@ -77,3 +78,16 @@ def test_a_preset_shows_its_knobs_and_starts_with_them(driver):
     assert knobs.scenario == "kv_pressure" and knobs.kv_blocks == 40
     assert driver.config.num_kv_blocks == 40 and driver.config.block_size == 16
     assert driver.state().workload == "kv_pressure" and not driver.is_paused
+
+
+def test_a_role_change_sets_what_the_session_may_use(driver):
+    cb = BoardCallbacks(driver, Seat("seat", on_handover=driver.resume))
+    pause, *drive, seat_button = cb.show_role("watcher:paused")
+    assert pause["value"] == "Resume" and pause["interactive"] is False
+    assert len(drive) == NUM_DRIVE_CONTROLS and all(u["interactive"] is False for u in drive)
+    assert seat_button["value"] == "Queue for the seat" and seat_button["visible"] is True
+    pause, *drive, seat_button = cb.show_role("free:running")
+    assert pause["value"] == "Pause" and all(u["interactive"] for u in [pause, *drive])
+    assert seat_button["value"] == "Take the seat"
+    _, *_, seat_button = BoardCallbacks(driver).show_role("driver:running")  # open mode
+    assert seat_button["visible"] is False
