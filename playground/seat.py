@@ -56,7 +56,7 @@ class Role(StrEnum):
 class SeatPolicy:
     term_s: float = 180.0  # the longest one visitor holds the seat while others queue
     idle_s: float = 60.0  # the holder's seat passes after this long without a control action
-    gone_s: float = 10.0  # a session whose page has not ticked for this long has left
+    gone_s: float = 30.0  # a session whose page has not ticked for this long has left
     burst: int = 6  # control actions a session may make at once ...
     actions_per_s: float = 1.0  # ... and then this many per second
 

@@ -13,7 +13,7 @@ from tests.api.server import Server
 from tests.tiny_models import make_engine
 
 pytestmark = pytest.mark.e2e
-IDLE_S, MAX_PAUSE_S = 12, 5
+IDLE_S, MAX_PAUSE_S = 20, 5
 SERVER_ARGS = ["--controls", "seat", "--seat-idle", str(IDLE_S), "--max-pause", str(MAX_PAUSE_S),
                "--max-num-seqs", "8"]  # fmt: skip
 SEAT = "() => (document.querySelector('#pg-seat') || {}).innerText || ''"
@@ -23,13 +23,13 @@ DRIVE = ["#pg-start", "#pg-pause", "#pg-step", "#pg-reset", "#pg-pace input"]
 
 def _open(browser, url):
     page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
-    page.set_default_timeout(60_000)
+    page.set_default_timeout(90_000)  # a loaded 2-core machine starves the renderers
     page.goto(url)
     page.wait_for_selector("#pg-board .pg-cards", timeout=60_000)
     return page
 
 
-def _seat_says(page, text: str, timeout_s: float = 30, absent: bool = False) -> str:
+def _seat_says(page, text: str, timeout_s: float = 90, absent: bool = False) -> str:
     check = f"(t) => ({SEAT})().includes(t) === {'false' if absent else 'true'}"
     page.wait_for_function(check, arg=text, timeout=timeout_s * 1000)
     return page.evaluate(SEAT)
@@ -44,7 +44,7 @@ def test_the_seat_passes_on_leave_and_on_timeout(server, browser, tmp_path):
     _seat_says(a, "You drive")
     watching = _seat_says(b, "drives the board")
     assert "Paused: resumes by itself in" in watching
-    b.wait_for_function("() => document.querySelector('#pg-pause').disabled", timeout=30_000)
+    b.wait_for_function("() => document.querySelector('#pg-pause').disabled")
     for selector in DRIVE:
         assert b.locator(selector).is_disabled(), selector
     assert b.get_by_role("button", name="Chat burst").is_disabled()
@@ -55,15 +55,15 @@ def test_the_seat_passes_on_leave_and_on_timeout(server, browser, tmp_path):
     b.screenshot(path=str(tmp_path / "watcher.png"))
     a.context.close()  # the holder leaves: the seat passes to b, the engine resumes
     _seat_says(b, "You drive")
-    _seat_says(b, "Paused", absent=True, timeout_s=10)
-    b.wait_for_function("() => !document.querySelector('#pg-pause').disabled", timeout=30_000)
+    _seat_says(b, "Paused", absent=True, timeout_s=60)
+    b.wait_for_function("() => !document.querySelector('#pg-pause').disabled")
     b.click("#pg-pause")  # b pauses; nobody resumes: the pause ends by itself
     _seat_says(b, "Paused: resumes by itself")
-    assert b.locator("#pg-pause").inner_text() == "Resume"
-    _seat_says(b, "Paused", absent=True, timeout_s=MAX_PAUSE_S + 15)
+    b.wait_for_function("() => document.querySelector('#pg-pause').innerText === 'Resume'")
+    _seat_says(b, "Paused", absent=True, timeout_s=MAX_PAUSE_S + 60)
     assert "You drive" in b.evaluate(SEAT)  # still b's seat (idle_s > max_pause_s)
     b.wait_for_function("() => document.querySelector('#pg-pause').innerText === 'Pause'")
-    _seat_says(b, "The controls are free", timeout_s=IDLE_S + 15)  # b went idle
+    _seat_says(b, "The controls are free", timeout_s=IDLE_S + 60)  # b went idle
     b.context.close()
 
 
@@ -92,6 +92,6 @@ def test_locked_controls_answer_only_the_presenter(browser, locked_url):
     presenter.click("#pg-pause")
     _seat_says(student, "Paused: resumes by itself")
     presenter.click("#pg-pause")  # Resume
-    _seat_says(student, "Paused", absent=True, timeout_s=10)
+    _seat_says(student, "Paused", absent=True, timeout_s=60)
     for page in (presenter, student):
         page.context.close()
