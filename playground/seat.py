@@ -8,7 +8,7 @@ The controls act on the one engine everybody watches, so ControlMode says who ma
   visitor who starts a run drives it); the others watch, see who drives and for how long, and
   may queue. The seat passes to the first present visitor in the queue (or is free again) when
   the holder gives it up, leaves (the tab closed, or no tick for `gone_s`), makes no control
-  action for `idle_s`, or has held it `term_s` while others queue for it.
+  action for `idle_s`, or, while others queue for it, has held it `term_s` in all.
 - locked: only presenter sessions, those that opened the board with the presenter key in the
   URL (`?presenter=KEY`).
 
