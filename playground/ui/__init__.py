@@ -54,9 +54,9 @@ def _wire_refresh(demo, cb: BoardCallbacks, refresh: Refresh, top: Top, board, t
     r = refresh
     outputs = list(TickOutputs(r.version, r.chart_version, r.compare_version, r.charts_at,
                                r.timer, top.alert, top.stats, board, tabs.log, tabs.inspector,
-                               tabs.scoreboard, r.seat_shown, c.seat, c.role))  # fmt: skip
+                               tabs.scoreboard, c.seat, c.role))  # fmt: skip
     hidden = dict(show_progress="hidden", queue=False, **PRIVATE)
-    inputs = [r.version, r.chart_version, r.charts_at, tabs.inspect_rid, r.timer, r.seat_shown]
+    inputs = [r.version, r.chart_version, r.charts_at, tabs.inspect_rid, r.timer, c.role, c.seat]
     r.timer.tick(cb.tick, inputs, outputs, **hidden)
     demo.load(cb.arrive, inputs, outputs, **hidden)
     c.role.change(cb.show_role, c.role, [c.pause, *c.drive, c.seat_button], **hidden)

@@ -49,7 +49,6 @@ class TickOutputs(NamedTuple):
     log: object
     inspector: object
     scoreboard: object
-    seat_shown: object  # gr.State: (banner, role key) this session was sent last
     seat: object  # the seat banner
     role: object  # "<Role>:paused|running" of this session, when it changed
 
@@ -98,24 +97,28 @@ class BoardCallbacks:
         return True
 
     # -- refresh ---------------------------------------------------------------------------
-    def arrive(self, seen, charts_seen, last_charts, rid, every, shown, request: gr.Request):
+    def arrive(self, seen, charts_seen, last_charts, rid, every, role, banner,
+               request: gr.Request):  # fmt: skip
         """The page's load event: the session becomes a visitor of the board (a presenter
         if its URL carries the presenter key), then its first tick."""
         key = dict(request.query_params or {}).get(PRESENTER_PARAM)
         self.seat.arrive(request.session_hash, time.monotonic(), key)
-        return self.tick(seen, charts_seen, last_charts, rid, every, shown, request)
+        return self.tick(seen, charts_seen, last_charts, rid, every, role, banner, request)
 
-    def tick(self, seen, charts_seen, last_charts, rid, every, shown, request: gr.Request):
+    def tick(self, seen, charts_seen, last_charts, rid, every, role, banner, request: gr.Request):
         """Cheap: never waits for the driver. The text comes with the tick; the charts
         come through chart_version's change event, at most every CHART_INTERVAL_S. Both
         come more rarely while many people watch (see Audience): the timer's interval
-        is part of the answer."""
+        is part of the answer. The seat banner and the role key come when they differ from
+        what the page shows (`role`, `banner`: the page's own values, so a late answer
+        can never leave the page out of date)."""
         state, now = self.driver.state(), time.monotonic()
         session = request.session_hash
         self.seat.seen(session, now)
         view = self.seat.view(session, now)
         running = "paused" if state.paused else "running"
-        seat_now = (render_seat(view, state.paused_until, now), f"{view.role.value}:{running}")
+        role_now = f"{view.role.value}:{running}"
+        banner_now = render_seat(view, state.paused_until, now)
         changed = state.version != seen
         warning = cards.render_alert(self.driver.stuck_for())
         if not warning and not changed:
@@ -140,15 +143,16 @@ class BoardCallbacks:
             interval if interval != every else skip,
             warning,
             *text,
-            *self._seat_outputs(seat_now, shown),
+            *self._seat_outputs(view.role, (banner_now, role_now), (banner, role)),
         )
 
     @staticmethod
-    def _seat_outputs(seat_now: tuple[str, str], shown) -> list:
-        if tuple(shown or ()) == seat_now:
-            return [gr.skip()] * 3
-        role_changed = not shown or shown[1] != seat_now[1]
-        return [seat_now, seat_now[0], seat_now[1] if role_changed else gr.skip()]
+    def _seat_outputs(role: Role, now: tuple[str, str], shown: tuple[str, str]) -> list:
+        """The banner and the role key, each where it changed; nothing for a session whose
+        load event has not run yet (its controls stay as they are until it has)."""
+        if role is Role.STRANGER:
+            return [gr.skip()] * 2
+        return [new if new != old else gr.skip() for new, old in zip(now, shown, strict=True)]
 
     def show_role(self, key: str) -> list:
         """This session's role or the board's pause changed: the Pause button, what else the

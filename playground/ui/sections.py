@@ -50,7 +50,6 @@ class Refresh:
     figures: gr.Textbox  # {chart: figure} JSON for assets/charts.js
     compare_figures: gr.Textbox
     timer: gr.Timer
-    seat_shown: gr.State  # (seat banner, role key) this session was sent last
 
 
 def build_top() -> Top:
@@ -100,5 +99,4 @@ def build_refresh(tick_s: float) -> Refresh:
         figures=gr.Textbox(visible=False),
         compare_figures=gr.Textbox(visible=False),
         timer=gr.Timer(tick_s),
-        seat_shown=gr.State(()),
     )

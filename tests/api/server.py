@@ -67,7 +67,7 @@ class Page:
 
     def __init__(self, url: str, session: str):
         self.url, self.session = url, session
-        self.banner = ""  # the seat banner as the page shows it (sent when it changes)
+        self.banner = self.role = ""  # the seat banner and role key as the page shows them
         deps = httpx.get(url + "/config", timeout=10).json()["dependencies"]
         self.fns = {d["api_name"]: d["id"] for d in deps}
 
@@ -85,10 +85,11 @@ class Page:
         return self.banner
 
     def _refresh(self, name: str) -> None:
-        r = self.call(name, -1, -1, None, None, 0.25, None)
+        r = self.call(name, -1, -1, None, None, 0.25, self.role, self.banner)
         assert r.status_code == 200, r.text
-        banner = r.json()["data"][-2]  # TickOutputs.seat: a string, or an update (skip)
+        banner, role = r.json()["data"][-2:]  # TickOutputs: strings, or updates (skip)
         self.banner = banner if isinstance(banner, str) else self.banner
+        self.role = role if isinstance(role, str) else self.role
 
     def leave(self):
         return self.call("leave")

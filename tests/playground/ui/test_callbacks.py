@@ -20,7 +20,7 @@ def _callback(demo: gr.Blocks, name: str):
 def visitor(demo: gr.Blocks, session: str, **query) -> gr.Request:
     """A session whose page loaded (the load event ran): its request."""
     request = gr.Request(session_hash=session, query_params=query)
-    _callback(demo, "arrive")(-1, -1, 0.0, None, TICK_S, (), request)
+    _callback(demo, "arrive")(-1, -1, 0.0, None, TICK_S, "", "", request)
     return request
 
 
@@ -50,7 +50,7 @@ def test_the_timer_slows_down_while_many_sessions_watch(driver):
     tick = next(f.fn for f in demo.fns.values() if f.name == "tick")  # timer and page load
 
     def interval(session: str, every: float):  # the timer output of one tick
-        out = tick(-1, -1, 0.0, None, every, (), gr.Request(session_hash=session))
+        out = tick(-1, -1, 0.0, None, every, "", "", gr.Request(session_hash=session))
         return out.timer
 
     assert interval("s0", TICK_S) == gr.skip()  # one watcher: the timer is left as it is
@@ -64,10 +64,10 @@ def test_the_watchdog_banner_is_sent_only_when_it_can_have_changed(driver):
     demo = build_ui(driver)
     tick = next(f.fn for f in demo.fns.values() if f.name == "tick")
     request = gr.Request(session_hash="a")
-    first = tick(-1, -1, 0.0, None, TICK_S, (), request)
+    first = tick(-1, -1, 0.0, None, TICK_S, "", "", request)
     assert first.alert == ""  # a new board version: the (empty) banner comes with it
     version = first.version
-    assert tick(version, version, 0.0, None, TICK_S, (), request).alert == gr.skip()
+    assert tick(version, version, 0.0, None, TICK_S, "", "", request).alert == gr.skip()
 
 
 def test_a_preset_shows_its_knobs_and_starts_with_them(driver):
@@ -91,3 +91,16 @@ def test_a_role_change_sets_what_the_session_may_use(driver):
     assert seat_button["value"] == "Take the seat"
     _, *_, seat_button = BoardCallbacks(driver).show_role("driver:running")  # open mode
     assert seat_button["visible"] is False
+
+
+def test_the_tick_sends_the_role_until_the_page_shows_it_and_none_before_the_load(driver):
+    demo = build_ui(driver)
+    tick = _callback(demo, "tick")
+    early = tick(-1, -1, 0.0, None, TICK_S, "", "", gr.Request(session_hash="s"))
+    assert early.role == gr.skip() and early.seat == gr.skip()  # its load has not run yet
+    first = _callback(demo, "arrive")(-1, -1, 0.0, None, TICK_S, "", "", visitor(demo, "s"))
+    assert first.role == "driver:running" and first.seat == gr.skip()  # open: no banner
+    late = tick(-1, -1, 0.0, None, TICK_S, "stranger:running", "", visitor(demo, "s"))
+    assert late.role == "driver:running"  # a late answer left the page behind: sent again
+    assert tick(-1, -1, 0.0, None, TICK_S, "driver:running", "", visitor(demo, "s")).role \
+        == gr.skip()  # fmt: skip
