@@ -18,6 +18,7 @@ work too: the model as the first argument, --served-model-name, --api-key ($VLLM
 import argparse
 import logging
 import os
+import secrets
 import time
 
 T_START = time.monotonic()  # `make run` -> page answering is measured from here
@@ -29,11 +30,13 @@ from fastapi import FastAPI  # noqa: E402
 from engine import EngineConfig, LLMEngine  # noqa: E402
 from engine.config import MODEL_IMPLS  # noqa: E402
 from playground.api import refuse_other_methods, register_api  # noqa: E402
-from playground.driver import STUCK_AFTER_S, EngineDriver  # noqa: E402
+from playground.driver import MAX_PAUSE_S, MIN_PACE, STUCK_AFTER_S, EngineDriver  # noqa: E402
+from playground.driver.clock import parse_pace  # noqa: E402
 from playground.limits import PublicLimits  # noqa: E402
 from playground.remote.connection import MAX_CONCURRENCY, Connection, normalize_url  # noqa: E402
 from playground.remote.engine import RemoteEngine, remote_lanes  # noqa: E402
 from playground.scenarios import SCENARIOS  # noqa: E402
+from playground.seat import PRESENTER_PARAM, ControlMode, Seat, SeatPolicy  # noqa: E402
 from playground.ui import build_ui, load_asset  # noqa: E402
 
 DEFAULT_PORT = 7860
@@ -97,7 +100,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="compile the model's forward before serving: faster steps, minutes to start on a CPU",
     )
     p.add_argument("--max-waiting", type=int, default=None, help="waiting requests before 429")
-    p.add_argument("--pace", default="max", help="'max' or steps per second (slow motion)")
+    p.add_argument(
+        "--pace", default="max", type=_pace, help=f"'max' or steps per second, >= {MIN_PACE:g}"
+    )
     limits = PublicLimits()
     p.add_argument("--limit-prompt-tokens", type=int, default=limits.max_prompt_tokens)
     p.add_argument("--limit-max-tokens", type=int, default=limits.max_tokens)
@@ -134,6 +139,26 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=MAX_CONCURRENCY,
         help="streams open at once per server; more wait on this side",
     )
+    seat = SeatPolicy()
+    p.add_argument(
+        "--controls",
+        choices=[m.value for m in ControlMode],
+        default=None,
+        help="who drives the board: open (anyone; default locally), seat (one visitor at a "
+        "time; default on a Space), locked (only the presenter)",
+    )
+    p.add_argument(
+        "--presenter-key",
+        default=None,
+        help=f"the key of the presenter's URL (?{PRESENTER_PARAM}=KEY); implies --controls "
+        "locked. Locked without it: a random key, printed at start",
+    )
+    p.add_argument("--seat-term", type=_seconds, default=seat.term_s,
+                   help="seconds one visitor holds the seat while others queue")  # fmt: skip
+    p.add_argument("--seat-idle", type=_seconds, default=seat.idle_s,
+                   help="seconds without a control action before the seat passes")  # fmt: skip
+    p.add_argument("--max-pause", type=_seconds, default=MAX_PAUSE_S,
+                   help="seconds after which a pause resumes by itself")  # fmt: skip
     p.add_argument(
         "--scenario",
         choices=sorted(SCENARIOS),
@@ -188,6 +213,32 @@ def public_limits(args: argparse.Namespace) -> PublicLimits:
     )
 
 
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return value
+
+
+def _pace(text: str) -> str:
+    try:
+        parse_pace(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def control_seat(args: argparse.Namespace) -> Seat:
+    """Who drives the board: --controls (default: locked if a presenter key is given, seat on
+    a Space, else open) and the seat's times."""
+    default = "locked" if args.presenter_key else "seat" if os.environ.get("SPACE_ID") else "open"
+    mode = ControlMode(args.controls or default)
+    key = args.presenter_key
+    if mode is ControlMode.LOCKED and not key:
+        key = secrets.token_urlsafe(12)
+    return Seat(mode, SeatPolicy(term_s=args.seat_term, idle_s=args.seat_idle), key)
+
+
 def resolve_host_port(args: argparse.Namespace) -> tuple[str, int]:
     host = args.host or ("0.0.0.0" if os.environ.get("SPACE_ID") else "127.0.0.1")
     env_port = os.environ.get("PORT") or os.environ.get("GRADIO_SERVER_PORT")
@@ -207,10 +258,11 @@ def create_app(
     served_model_names: list[str] | None = None,
     api_keys: list[str] | None = None,
     api: bool = True,
+    seat: Seat | None = None,
 ) -> FastAPI:
     """FastAPI app: the board at "/", GET /healthz; add more routes to it before serving.
     api=False (a board over a remote server): no /v1 routes and no /metrics of its own;
-    clients talk to that server directly."""
+    clients talk to that server directly. `seat`: who drives the board (default: anyone)."""
     app = FastAPI(
         title="Continuous batching playground",
         summary="OpenAI-compatible API of the shared engine the board shows",
@@ -231,7 +283,7 @@ def create_app(
     if api:  # /v1 (OpenAI-compatible), /health and /metrics, before the mount
         register_api(app, driver, model_name=served_model_names, api_keys=api_keys or ())
         refuse_other_methods(app)
-    demo = build_ui(driver)
+    demo = build_ui(driver, seat)
     theme = gr.themes.Soft(primary_hue="indigo", neutral_hue="slate")
     css = load_asset("style.css")
     return gr.mount_gradio_app(app, demo, path="/", css=css, theme=theme, footer_links=[])
@@ -244,6 +296,7 @@ def main(argv=None) -> None:
     config = engine_config(args)  # validated before the slow load
     limits = public_limits(args)
     host, port = resolve_host_port(args)
+    seat = control_seat(args)
     connections = [
         Connection(url, args.engine_api_key, args.engine_model,
                    max_concurrency=args.engine_concurrency)
@@ -258,16 +311,20 @@ def main(argv=None) -> None:
         )
         lanes, serving = None, f"model {args.model!r}"
     driver = EngineDriver(engine, pace=args.pace, base_config=config, limits=limits,
-                          stuck_after_s=args.stuck_after, lanes=lanes)  # fmt: skip
+                          stuck_after_s=args.stuck_after, lanes=lanes,
+                          max_pause_s=args.max_pause)  # fmt: skip
+    seat.on_handover = driver.resume  # a pause ends when its holder's seat does
     if args.scenario:
         SCENARIOS[args.scenario].start(driver)
-    app = create_app(driver, args.served_model_name, args.api_key, api=not connections)
+    app = create_app(driver, args.served_model_name, args.api_key, api=not connections, seat=seat)
     uv_config = uvicorn.Config(app, host=host, port=port, log_level="warning", **proxy_trust(args))
     server = _Server(uv_config)
-    server.banner = (
-        f"Playground ready at http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"
-        f"  ({serving}; Ctrl-C stops)"
-    )
+    url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"
+    server.banner = f"Playground ready at {url}  ({serving}; Ctrl-C stops)"
+    if seat.mode is ControlMode.LOCKED:
+        server.banner += (
+            f"\nPresenter (controls locked to it): {url}/?{PRESENTER_PARAM}={seat.presenter_key}"
+        )
     try:
         server.run()  # shuts down gracefully on Ctrl-C / SIGTERM
     except KeyboardInterrupt:  # uvicorn re-raises the signal once it has shut down

@@ -70,7 +70,7 @@ log = logging.getLogger(__name__)
 OWNER_PREFIX = "api:"  # + a hash of the client's address: the board's label, the limits' key
 HEARTBEAT_S = 0.5  # a waiting non-streamed request checks for a gone client this often
 HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "QUERY")
-KEEPALIVE_S = 2.0  # a stream that has sent nothing for this long sends an SSE comment
+KEEPALIVE_S = 2.0  # a stream that waits (a paused board, a long queue) sends a comment this often
 START_TIME = time.time()  # the "created" of /v1/models
 COMPLETIONS_MAX_TOKENS = 16  # OpenAI's default; chat's default is the rest of the context
 DriverSource = EngineDriver | Callable[[], EngineDriver | None]
@@ -202,7 +202,7 @@ async def _serve(request: Request, body_cls, ready, check_model):
             if not tracker.finished:
                 d.abort(job.request_id)
 
-        return _EventStream(_stream(handle, tracker), on_close=close)
+        return _EventStream(_stream(d, handle, tracker), on_close=close)
     return await _respond(request, d, handle, tracker)
 
 
@@ -386,22 +386,25 @@ async def _respond(request: Request, d: EngineDriver, handle: RequestHandle, tra
                         return exc.response()
 
 
-async def _stream(handle: RequestHandle, tracker):
+async def _stream(d: EngineDriver, handle: RequestHandle, tracker):
     """The server-sent events of one request, `data: [DONE]` last. A failure part-way sends
     an error event (OpenAI's shape) instead of the rest; the response's on_close then aborts
-    the request."""
-    last_sent = time.monotonic()
+    the request. While no output comes for KEEPALIVE_S (a paused board: it resumes by itself
+    within the driver's max_pause_s) a comment line keeps the connection alive and says why;
+    SSE clients skip comments."""
     try:
         async with aclosing(_outputs(handle)) as outputs:
+            quiet_since = time.monotonic()
             async for out in outputs:
-                chunks = tracker.chunks(out) if out is not None else []
-                for chunk in chunks:
+                now = time.monotonic()
+                if out is None:
+                    if now - quiet_since >= KEEPALIVE_S:
+                        quiet_since = now
+                        yield _keepalive(d.state().paused_until, now)
+                    continue
+                quiet_since = now
+                for chunk in tracker.chunks(out):
                     yield _event(chunk)
-                if chunks:
-                    last_sent = time.monotonic()
-                elif time.monotonic() - last_sent >= KEEPALIVE_S:  # e.g. waiting in the queue
-                    yield ": keep-alive\n\n"  # an SSE comment: clients skip it, proxies see bytes
-                    last_sent = time.monotonic()
         if tracker.job.include_usage:
             yield _event(tracker.envelope([], usage=tracker.usage()))
     except APIError as exc:  # the engine failed this request (finish "error" in vLLM)
@@ -415,6 +418,12 @@ async def _stream(handle: RequestHandle, tracker):
 
 def _event(obj: dict) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+def _keepalive(paused_until: float | None, now: float) -> str:
+    if paused_until is None:
+        return ": waiting for the engine\n\n"
+    return f": the board is paused; it resumes by itself within {paused_until - now:.0f} s\n\n"
 
 
 class _EventStream(StreamingResponse):

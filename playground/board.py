@@ -33,6 +33,7 @@ class BoardState:
     pace: float | None  # steps per second; None = as fast as possible
     clock: float  # run clock (seconds not paused since the last reset)
     details: dict[str, RequestDetail] = field(default_factory=dict)  # watched requests
+    paused_until: float | None = None  # monotonic s when the pause ends by itself
 
     @property
     def snapshot(self) -> EngineSnapshot:

@@ -74,3 +74,22 @@ def test_health_and_healthz_once_the_driver_stopped(driver):
         assert client.get("/health").status_code == 503
         healthz = client.get("/healthz")  # kept: always 200, says what the driver does
         assert healthz.status_code == 200 and healthz.json()["status"] == "driver stopped"
+
+
+def test_control_flags_choose_who_drives(monkeypatch):
+    monkeypatch.delenv("SPACE_ID", raising=False)
+    assert app.control_seat(app.parse_args([])).mode == "open"  # a laptop
+    monkeypatch.setenv("SPACE_ID", "someone/space")
+    assert app.control_seat(app.parse_args([])).mode == "seat"  # a Space
+    locked = app.control_seat(app.parse_args(["--controls", "locked"]))
+    assert locked.mode == "locked" and len(locked.presenter_key) >= 16  # a random key
+    keyed = app.control_seat(app.parse_args(["--presenter-key", "lecture"]))
+    assert keyed.mode == "locked" and keyed.presenter_key == "lecture"
+    args = app.parse_args(["--controls", "seat", "--seat-term", "30", "--seat-idle", "5",
+                           "--max-pause", "7", "--pace", "0.5"])  # fmt: skip
+    policy = app.control_seat(args).policy
+    assert (policy.term_s, policy.idle_s, args.max_pause, args.pace) == (30, 5, 7, "0.5")
+    for bad in (["--seat-idle", "0"], ["--max-pause", "-1"], ["--pace", "1e-9"],
+                ["--controls", "everyone"]):  # fmt: skip
+        with pytest.raises(SystemExit):
+            app.parse_args(bad)

@@ -21,13 +21,20 @@ from engine import (
     StopReason,
 )
 from playground.board import BoardState
-from playground.driver.clock import parse_pace
+from playground.driver.clock import MAX_PAUSE_S, MIN_PACE, parse_pace
 from playground.driver.loop import DriverLoop
 from playground.driver.watchdog import STUCK_AFTER_S
 from playground.limits import PublicLimits
 from playground.requests import RequestHandle, RequestRejected, preview
 
-__all__ = ["STUCK_AFTER_S", "EngineDriver", "RequestHandle", "RequestRejected"]
+__all__ = [
+    "MAX_PAUSE_S",
+    "MIN_PACE",
+    "STUCK_AFTER_S",
+    "EngineDriver",
+    "RequestHandle",
+    "RequestRejected",
+]
 
 
 class EngineDriver:
@@ -43,6 +50,7 @@ class EngineDriver:
         limits: PublicLimits | None = None,
         stuck_after_s: float = STUCK_AFTER_S,
         lanes: Callable | None = None,
+        max_pause_s: float = MAX_PAUSE_S,
         start: bool = True,
     ):
         """lanes: `(EngineConfig, compare) -> Lanes`, the lanes a reset builds (the first
@@ -52,7 +60,7 @@ class EngineDriver:
         self.base_config = base_config or engine.config  # what reset() starts from
         self.limits = limits or PublicLimits()  # for the public doors (playground/public.py)
         factory = engine_factory or (lambda cfg: LLMEngine(self.model, self.tokenizer, cfg))
-        self._loop = DriverLoop(engine, factory, pace, stuck_after_s, lanes)
+        self._loop = DriverLoop(engine, factory, pace, stuck_after_s, max_pause_s, lanes)
         self._inbox = self._loop.inbox
         self._thread = threading.Thread(target=self._loop.run, name="engine-driver", daemon=True)
         self._inbox.thread = self._thread
@@ -131,11 +139,14 @@ class EngineDriver:
 
     # -- pace ------------------------------------------------------------------------------
     def set_pace(self, pace: float | str | None) -> None:
-        """'max' / None: as fast as possible; a number: that many steps per second."""
+        """'max' / None: as fast as possible; a number: that many steps per second, at least
+        MIN_PACE (ValueError below it)."""
         value = parse_pace(pace)  # a bad one is refused here, in the caller's thread
         self._inbox.call(lambda: setattr(self._loop.clock, "pace", value), wait=False)
 
     def pause(self) -> None:
+        """Hold the steps; the pause ends by itself after `max_pause_s` (resume() ends it
+        sooner). Requests still queue meanwhile."""
         self._inbox.call(self._loop.clock.pause, wait=False)
 
     def resume(self) -> None:
@@ -144,6 +155,10 @@ class EngineDriver:
     @property
     def is_paused(self) -> bool:
         return self._loop.clock.paused
+
+    @property
+    def max_pause_s(self) -> float:
+        return self._loop.clock.max_pause_s
 
     def step_once(self, wait: bool = True, timeout: float = 30.0) -> bool:
         """Run exactly one step (of every lane), typically while paused; False if idle."""

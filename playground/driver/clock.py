@@ -1,15 +1,29 @@
 """RunClock (pace, pause and the workload's clock) and StepCounter (steps done, single steps
 asked for). RunClock is written by the driver thread only: pace / pause / resume reach it
-through the inbox. StepCounter is shared with step_once() callers, under its condition."""
+through the inbox. StepCounter is shared with step_once() callers, under its condition.
 
+Two bounds protect the shared engine whoever holds the controls: the pace has a floor
+(MIN_PACE), and a pause ends by itself `max_pause_s` after it began (single steps taken
+meanwhile do not extend it), so nothing that waits on the engine (a visitor's card, an API
+stream) waits longer than that for a pause.
+"""
+
+import math
 import threading
 import time
 
+MIN_PACE = 0.5  # steps per second: the slowest slow motion anyone may set
+MAX_PAUSE_S = 120.0  # a pause resumes by itself after this long
+
 
 class RunClock:
-    def __init__(self, pace: float | str | None):
+    def __init__(self, pace: float | str | None, max_pause_s: float = MAX_PAUSE_S):
+        if not (isinstance(max_pause_s, int | float) and 0 < max_pause_s < math.inf):
+            raise ValueError(f"max_pause_s must be a number of seconds > 0, got {max_pause_s!r}")
         self.pace = parse_pace(pace)  # steps per second; None = as fast as possible
+        self.max_pause_s = max_pause_s
         self.paused = False
+        self.paused_until: float | None = None  # monotonic s when the pause ends by itself
         self._base, self._since = 0.0, time.monotonic()  # seconds run before `_since`
 
     def now(self) -> float:
@@ -19,12 +33,22 @@ class RunClock:
         return self._base + time.monotonic() - self._since
 
     def pause(self) -> None:
+        """Pause (a pause already running keeps its end: pressing Pause again does not
+        extend it)."""
         if not self.paused:
             self._base, self.paused = self.now(), True
+            self.paused_until = time.monotonic() + self.max_pause_s
 
     def resume(self) -> None:
         if self.paused:
-            self._since, self.paused = time.monotonic(), False
+            self._since, self.paused, self.paused_until = time.monotonic(), False, None
+
+    def resume_if_due(self) -> bool:
+        """Resume a pause that has lasted max_pause_s; True if it did."""
+        if self.paused and time.monotonic() >= self.paused_until:
+            self.resume()
+            return True
+        return False
 
     def restart(self) -> None:
         self._base, self._since = 0.0, time.monotonic()
@@ -67,10 +91,16 @@ class StepCounter:
 
 
 def parse_pace(pace) -> float | None:
-    """'max' / None: as fast as possible; a number: that many steps per second."""
+    """'max' / None: as fast as possible; a number: that many steps per second, at least
+    MIN_PACE. ValueError naming the pace otherwise."""
     if pace is None or pace == "max":
         return None
-    value = float(pace)
-    if not value > 0:
-        raise ValueError(f"pace must be 'max' or a number of steps per second > 0, got {pace!r}")
+    try:
+        value = float(pace)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not MIN_PACE <= value < math.inf:  # also refuses nan
+        raise ValueError(
+            f"pace must be 'max' or a number of steps per second >= {MIN_PACE:g}, got {pace!r}"
+        )
     return value

@@ -6,6 +6,7 @@ then sleeps out the pace. EngineDriver (the package's public face) owns the thre
 """
 
 import itertools
+import logging
 import threading
 import time
 from dataclasses import replace
@@ -20,12 +21,15 @@ from playground.driver.watchdog import Watchdog
 from playground.limits import in_flight_error
 from playground.requests import Ledger, RequestRecord, RequestRejected, final_output, preview
 
+log = logging.getLogger(__name__)
+
 IDLE_WAIT = 0.05  # s between looks at the inbox when there is nothing to step
 ERROR_BACKOFF = 0.1  # s after a failed step, so a broken engine does not spin
 
 
 class DriverLoop:
-    def __init__(self, engine: LLMEngine, factory, pace, stuck_after_s: float, build_lanes=None):
+    def __init__(self, engine: LLMEngine, factory, pace, stuck_after_s: float, max_pause_s: float,
+                 build_lanes=None):  # fmt: skip
         self.factory = factory  # EngineConfig -> LLMEngine, for reset()
         # (EngineConfig, compare) -> Lanes, for reset(); default: engines from the factory
         self.build_lanes = build_lanes or (lambda cfg, compare: Lanes.build(factory, cfg, compare))
@@ -35,7 +39,7 @@ class DriverLoop:
             self.lanes = Lanes([Lane(MAIN_LANE, engine)])
         else:
             self.lanes = build_lanes(engine.config, False)
-        self.clock = RunClock(pace)
+        self.clock = RunClock(pace, max_pause_s)
         self.ledger = Ledger()  # the first lane's recent requests
         self.streams, self.publisher = Streams(), Publisher()
         self.workload = None  # the simulated users (playground.users.Workload)
@@ -89,6 +93,9 @@ class DriverLoop:
         while not self.stop.is_set():
             self.inbox.wake.clear()
             self._drain()
+            if self.clock.resume_if_due():
+                log.info("the pause reached %.0f s: resumed", self.clock.max_pause_s)
+                self.publisher.dirty = True
             stepping = not self.clock.paused or self.steps.num_pending > 0
             if self.workload is not None and stepping:
                 self.workload.tick(self.clock.now(), self._submit_from_workload)

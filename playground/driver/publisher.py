@@ -68,6 +68,7 @@ class Publisher:
             users=workload.views() if workload is not None else (),
             workload=workload.name if workload is not None else None,
             paused=clock.paused,
+            paused_until=clock.paused_until,
             pace=clock.pace,
             clock=clock.now(),
             details=dict(self._details),

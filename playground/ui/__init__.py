@@ -4,6 +4,9 @@ Layout first (controls on the left, cards and charts on the right, tabs below, t
 parts the timer moves), then the wiring, at the bottom. The callbacks are in callbacks.py,
 the sections in controls.py and sections.py. One gr.Timer refreshes everything from the
 driver's latest BoardState and never waits for the driver.
+
+Every event is private to the page (api_visibility="private": not in the Gradio API, and
+gradio_client refuses it); the one endpoint meant for clients is `/generate` (gr.api).
 """
 
 import gradio as gr
@@ -12,6 +15,7 @@ from playground.driver import EngineDriver
 from playground.remote.views import INTRO as REMOTE_INTRO
 from playground.remote.views import is_remote
 from playground.scenarios import DEFAULT_SCENARIO, SCENARIOS
+from playground.seat import Seat
 from playground.ui.callbacks import TICK_S, BoardCallbacks, TickOutputs
 from playground.ui.controls import Controls, build_controls, scenario_knobs
 from playground.ui.sections import (
@@ -36,8 +40,12 @@ from playground.ui.widgets import load_asset
 __all__ = ["TICK_S", "build_ui", "load_asset"]
 
 
-def build_ui(driver: EngineDriver) -> gr.Blocks:
-    callbacks = BoardCallbacks(driver)
+PRIVATE = dict(api_visibility="private")  # the page's own events: no Gradio API endpoint
+
+
+def build_ui(driver: EngineDriver, seat: Seat | None = None) -> gr.Blocks:
+    """The board; `seat` says who may drive it (default: anyone, ControlMode.OPEN)."""
+    callbacks = BoardCallbacks(driver, seat)
     first, _ = callbacks.cache.get(driver.state())
     with gr.Blocks(title="Continuous batching playground") as demo:
         refresh = build_refresh(TICK_S)
@@ -52,22 +60,23 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
                 board = build_board(first)
                 stops = build_stops()
         tabs = build_tabs()
-        _wire_refresh(demo, callbacks, refresh, top, board, tabs, compare)
+        _wire_refresh(demo, callbacks, refresh, top, board, tabs, compare, controls)
         _wire_controls(demo, callbacks, controls, tabs, lesson)
         _wire_story(callbacks, refresh, lesson, compare, stops)
     return demo
 
 
 def _wire_refresh(demo, cb: BoardCallbacks, refresh: Refresh, top: Top, board, tabs: Tabs,
-                  compare: CompareSection):  # fmt: skip
+                  compare: CompareSection, c: Controls):  # fmt: skip
     r = refresh
     outputs = list(TickOutputs(r.version, r.chart_version, r.compare_version, r.charts_at,
                                r.timer, top.alert, top.stats, board, tabs.log, tabs.inspector,
-                               compare.scoreboard))  # fmt: skip
-    hidden = dict(show_progress="hidden", queue=False)
-    inputs = [r.version, r.chart_version, r.charts_at, tabs.inspect_rid, r.timer]
+                               compare.scoreboard, c.seat, c.role))  # fmt: skip
+    hidden = dict(show_progress="hidden", queue=False, **PRIVATE)
+    inputs = [r.version, r.chart_version, r.charts_at, tabs.inspect_rid, r.timer, c.role, c.seat]
     r.timer.tick(cb.tick, inputs, outputs, **hidden)
-    demo.load(cb.tick, inputs, outputs, show_progress="hidden")
+    demo.load(cb.arrive, inputs, outputs, **hidden)
+    c.role.change(cb.show_role, c.role, [c.pause, *c.drive, c.seat_button], **hidden)
     r.chart_version.change(cb.redraw_charts, [r.chart_version, r.sent], [r.sent, r.figures],
                            **hidden)  # fmt: skip
     r.compare_version.change(cb.redraw_compare, [r.compare_version, r.sent_compare],
@@ -83,33 +92,34 @@ def _wire_story(cb: BoardCallbacks, r: Refresh, lesson: LessonSection, compare: 
     """The lesson, the stop reasons read aloud and the compare view follow the charts."""
     r.chart_version.change(cb.refresh_story, [r.chart_version, lesson.lesson],
                            [lesson.panel, stops, compare.group], show_progress="hidden",
-                           queue=False)  # fmt: skip
+                           queue=False, **PRIVATE)  # fmt: skip
 
 
 def _wire_controls(demo, cb: BoardCallbacks, c: Controls, tabs: Tabs, lesson: LessonSection):
     knobs = list(c.knobs)
-    gr.api(cb.generate, api_name="generate", concurrency_limit=None)
+    gr.api(cb.generate, api_name="generate", concurrency_limit=None)  # for clients
+    p = PRIVATE
     c.knobs.scenario.change(cb.pick_scenario, c.knobs.scenario, [*knobs[1:], c.note],
-                            show_progress="hidden")  # fmt: skip
-    c.start.click(cb.start, knobs, c.pause)
+                            show_progress="hidden", **p)  # fmt: skip
+    c.seat_button.click(cb.toggle_seat, None, None, **p)
+    c.start.click(cb.start, knobs, c.pause, **p)
     buttons = [*lesson.answers, lesson.skip]
     for key, button in c.presets.items():  # a preset asks its question; an answer starts it
-        button.click(lambda key=key: cb.open_lesson(key), None,
-                     [*knobs, c.note, lesson.lesson, lesson.panel, *buttons])  # fmt: skip
+        button.click(cb.open_lesson, gr.State(key),
+                     [*knobs, c.note, lesson.lesson, lesson.panel, *buttons], **p)  # fmt: skip
     answered = [*knobs, c.note, c.pause, lesson.lesson, lesson.panel, *buttons]
     for i, button in enumerate(buttons):
         index = i if i < len(lesson.answers) else -1  # the last one skips the question
-        button.click(lambda state, index=index: cb.answer_lesson(index, state), lesson.lesson,
-                     answered)  # fmt: skip
-    c.pause.click(cb.toggle_pause, None, c.pause)
-    c.step.click(cb.single_step, None, c.pause)
+        button.click(cb.answer_lesson, [gr.State(index), lesson.lesson], answered, **p)
+    c.pause.click(cb.toggle_pause, None, c.pause, **p)
+    c.step.click(cb.single_step, None, c.pause, **p)
     engine_knobs = [c.knobs.policy, c.knobs.budget, c.knobs.max_seqs, c.knobs.kv_blocks]
-    c.reset.click(cb.reset_board, engine_knobs, c.pause)
-    c.pace.change(cb.set_pace, c.pace, None)
+    c.reset.click(cb.reset_board, engine_knobs, c.pause, **p)
+    c.pace.change(cb.set_pace, c.pace, None, **p)
     sampling = list(c.sampling)
-    c.send.click(cb.submit_prompt, sampling, [c.sampling.prompt, c.send_status])
-    c.sampling.prompt.submit(cb.submit_prompt, sampling, [c.sampling.prompt, c.send_status])
-    c.cancel.click(cb.cancel_mine, None, c.send_status)
-    tabs.refresh_ids.click(cb.list_requests, None, tabs.inspect_rid)
-    tabs.inspector_tab.select(cb.list_requests, None, tabs.inspect_rid)
-    tabs.inspect_rid.change(cb.inspect_request, tabs.inspect_rid, tabs.inspector)
+    c.send.click(cb.submit_prompt, sampling, [c.sampling.prompt, c.send_status], **p)
+    c.sampling.prompt.submit(cb.submit_prompt, sampling, [c.sampling.prompt, c.send_status], **p)
+    c.cancel.click(cb.cancel_mine, None, c.send_status, **p)
+    tabs.refresh_ids.click(cb.list_requests, None, tabs.inspect_rid, **p)
+    tabs.inspector_tab.select(cb.list_requests, None, tabs.inspect_rid, **p)
+    tabs.inspect_rid.change(cb.inspect_request, tabs.inspect_rid, tabs.inspector, **p)

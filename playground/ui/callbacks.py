@@ -5,6 +5,10 @@ The engine and the driver are shared by every browser session; per-session thing
 visitor's id, the last board version drawn, the request being inspected) come in through
 gr.State / gr.Request. `tick` never waits for the driver. Figures are built once per board
 version and shared by all sessions (FigureCache).
+
+Every handler but the timer's answers only sessions of the board's page (those whose load
+event ran: `arrive`); the controls also ask the Seat (playground/seat.py) whether this
+session drives, and spend one token of its rate limit.
 """
 
 import random
@@ -20,10 +24,13 @@ from playground.audience import Audience
 from playground.driver import EngineDriver, RequestRejected
 from playground.inspector import render_inspector
 from playground.lessons import LESSONS, render_lesson
+from playground.rate_limit import RateLimited
 from playground.remote.views import is_remote, render_banner
 from playground.scenarios import SCENARIOS
+from playground.seat import PRESENTER_PARAM, Role, Seat, SeatView
+from playground.seat_banner import refusal, render_seat, seat_button
 from playground.stop_reasons import render_stop_panel
-from playground.ui.controls import Knobs, note, scenario_knobs
+from playground.ui.controls import NUM_DRIVE_CONTROLS, Knobs, note, scenario_knobs
 from playground.ui.story import MAX_ANSWERS
 from playground.views import FigureCache, board_values, chart_values, compare_values
 
@@ -46,6 +53,8 @@ class TickOutputs(NamedTuple):
     log: object
     inspector: object
     scoreboard: object
+    seat: object  # the seat banner
+    role: object  # "<Role>:paused|running" of this session, when it changed
 
 
 def with_knobs(cfg: EngineConfig, policy, budget, max_seqs, kv_blocks) -> EngineConfig:
@@ -63,18 +72,57 @@ def warn(message: str) -> str:
 
 
 class BoardCallbacks:
-    def __init__(self, driver: EngineDriver):
+    def __init__(self, driver: EngineDriver, seat: Seat | None = None):
         self.driver = driver
+        self.seat = seat or Seat(on_handover=driver.resume)
         self.cache = FigureCache()
         self.audience = Audience()
 
+    # -- who may ask -----------------------------------------------------------------------
+    def _visitor(self, request: gr.Request) -> str:
+        """The session of a page of the board; gr.Error for a call from anywhere else."""
+        if not self.seat.is_visitor(request.session_hash):
+            raise gr.Error(refusal(SeatView(self.seat.mode, Role.STRANGER)))
+        return request.session_hash
+
+    def _drives(self, request: gr.Request) -> bool:
+        """May this control action go ahead? Warns why not (the seat, the rate limit)."""
+        session, now = request.session_hash, time.monotonic()
+        try:
+            role = self.seat.act(session, now)
+        except RateLimited as exc:
+            warn(f"Slow down: {exc}")
+            return False
+        if role is Role.STRANGER:
+            self._visitor(request)  # raises
+        if role is not Role.DRIVER:
+            warn(f"Not yours to drive: {refusal(self.seat.view(session, now))}")
+            return False
+        return True
+
     # -- refresh ---------------------------------------------------------------------------
-    def tick(self, seen, charts_seen, last_charts, rid, every, request: gr.Request):
+    def arrive(self, seen, charts_seen, last_charts, rid, every, role, banner,
+               request: gr.Request):  # fmt: skip
+        """The page's load event: the session becomes a visitor of the board (a presenter
+        if its URL carries the presenter key), then its first tick."""
+        key = dict(request.query_params or {}).get(PRESENTER_PARAM)
+        self.seat.arrive(request.session_hash, time.monotonic(), key)
+        return self.tick(seen, charts_seen, last_charts, rid, every, role, banner, request)
+
+    def tick(self, seen, charts_seen, last_charts, rid, every, role, banner, request: gr.Request):
         """Cheap: never waits for the driver. The text comes with the tick; the charts
         come through chart_version's change event, at most every CHART_INTERVAL_S. Both
         come more rarely while many people watch (see Audience): the timer's interval
-        is part of the answer."""
+        is part of the answer. The seat banner and the role key come when they differ from
+        what the page shows (`role`, `banner`: the page's own values, so a late answer
+        can never leave the page out of date)."""
         state, now = self.driver.state(), time.monotonic()
+        session = request.session_hash
+        self.seat.seen(session, now)
+        view = self.seat.view(session, now)
+        running = "paused" if state.paused else "running"
+        role_now = f"{view.role.value}:{running}"
+        banner_now = render_seat(view, state.paused_until, now)
         changed = state.version != seen
         warning = cards.render_alert(self.driver.stuck_for()) or render_banner(state)
         if not warning and not changed:
@@ -99,7 +147,27 @@ class BoardCallbacks:
             interval if interval != every else skip,
             warning,
             *text,
+            *self._seat_outputs(view.role, (banner_now, role_now), (banner, role)),
         )
+
+    @staticmethod
+    def _seat_outputs(role: Role, now: tuple[str, str], shown: tuple[str, str]) -> list:
+        """The banner and the role key, each where it changed; nothing for a session whose
+        load event has not run yet (its controls stay as they are until it has)."""
+        if role is Role.STRANGER:
+            return [gr.skip()] * 2
+        return [new if new != old else gr.skip() for new, old in zip(now, shown, strict=True)]
+
+    def show_role(self, key: str) -> list:
+        """This session's role or the board's pause changed: the Pause button, what else the
+        session may use, and the seat button."""
+        name, _, running = key.partition(":")
+        role = Role(name)
+        button = seat_button(SeatView(self.seat.mode, role))
+        label = "Resume" if running == "paused" else "Pause"
+        pause = gr.update(value=label, interactive=role.may_drive)
+        updates = [gr.update(interactive=role.may_drive) for _ in range(NUM_DRIVE_CONTROLS)]
+        return [pause, *updates, gr.update(value=button or "", visible=button is not None)]
 
     def redraw_charts(self, _version, charts_sent: dict):
         return chart_values(self.driver.state(), self.cache, charts_sent)
@@ -108,12 +176,20 @@ class BoardCallbacks:
         return compare_values(self.driver.state(), self.cache, charts_sent)
 
     # -- presets and transport -----------------------------------------------------------------
-    def pick_scenario(self, key: str):
+    def pick_scenario(self, key: str, request: gr.Request):
         """The knobs of a preset (but the scenario itself) and its note."""
+        self._visitor(request)
         sc = SCENARIOS[key]
         return [*scenario_knobs(self.driver, sc)[1:], note(sc, is_remote(self.driver.state()))]
 
-    def start(self, key, num_users, arrival, rate, policy, compare, budget, max_seqs, kv_blocks):
+    def start(self, key, num_users, arrival, rate, policy, compare, budget, max_seqs, kv_blocks,
+              request: gr.Request):  # fmt: skip
+        if not self._drives(request):
+            return gr.skip()
+        return self._start(key, num_users, arrival, rate, policy, compare, budget, max_seqs,
+                           kv_blocks)  # fmt: skip
+
+    def _start(self, key, num_users, arrival, rate, policy, compare, budget, max_seqs, kv_blocks):
         sc = SCENARIOS[key]
         try:
             cfg = with_knobs(sc.engine_config(self.driver.base_config), policy, budget,
@@ -127,29 +203,32 @@ class BoardCallbacks:
         self.driver.resume()
         return gr.Button("Pause")
 
-    def start_preset(self, key: str):
-        """A preset's button: its knobs shown, and started with them."""
+    def _start_preset(self, key: str) -> list:
+        """A preset started with its own knobs: the knobs, its note, the Pause button."""
         sc = SCENARIOS[key]
         knobs = scenario_knobs(self.driver, sc)
-        self.start(*knobs)
+        self._start(*knobs)
         return [*knobs, note(sc, is_remote(self.driver.state())), gr.Button("Pause")]
 
     # -- lessons: a preset asks first -------------------------------------------------------
-    def open_lesson(self, key: str):
-        """A preset's button: its knobs and its question; the run starts with an answer."""
+    def open_lesson(self, key: str, request: gr.Request):
+        """A preset's button: its knobs and its question, on this page only; the run starts
+        with an answer (a control action: the seat's)."""
+        self._visitor(request)
         sc = SCENARIOS[key]
         panel = render_lesson(self.driver.state(), key, None)
         lesson = {"key": key, "guess": None}
         return [*scenario_knobs(self.driver, sc), note(sc), lesson, panel, *_answer_buttons(key)]
 
-    def answer_lesson(self, index: int, lesson: dict):
-        """The visitor picked answer `index` (-1: skipped the question): the preset starts."""
-        key = lesson.get("key")
-        if key not in LESSONS:
+    def answer_lesson(self, index: int, lesson: dict, request: gr.Request):
+        """The visitor picked answer `index` (-1: skipped the question): the preset starts.
+        Refused (not this session's to drive), the question stays open."""
+        key = (lesson or {}).get("key")
+        if not self._drives(request) or key not in LESSONS:
             return [gr.skip()] * (len(Knobs._fields) + 4 + MAX_ANSWERS + 1)
         answers = LESSONS[key].answers
         guess = answers[index][0] if 0 <= index < len(answers) else ""
-        started = self.start_preset(key)
+        started = self._start_preset(key)
         lesson = {"key": key, "guess": guess}
         hidden = [gr.Button(visible=False)] * (MAX_ANSWERS + 1)
         return [*started, lesson, render_lesson(self.driver.state(), key, guess), *hidden]
@@ -165,19 +244,25 @@ class BoardCallbacks:
             gr.Column(visible=state.compare),
         ]
 
-    def toggle_pause(self):
+    def toggle_pause(self, request: gr.Request):
+        if not self._drives(request):
+            return gr.skip()
         if self.driver.is_paused:
             self.driver.resume()
             return gr.Button("Pause")
         self.driver.pause()
         return gr.Button("Resume")
 
-    def single_step(self):
+    def single_step(self, request: gr.Request):
+        if not self._drives(request):
+            return gr.skip()
         self.driver.pause()
         self.driver.step_once(timeout=30)
         return gr.Button("Resume")
 
-    def reset_board(self, policy, budget, max_seqs, kv_blocks):
+    def reset_board(self, policy, budget, max_seqs, kv_blocks, request: gr.Request):
+        if not self._drives(request):
+            return gr.skip()
         try:
             self.driver.reset(with_knobs(self.driver.base_config, policy, budget, max_seqs,
                                          kv_blocks))  # fmt: skip
@@ -186,15 +271,25 @@ class BoardCallbacks:
             return gr.skip()
         return gr.Button("Pause") if not self.driver.is_paused else gr.skip()
 
-    def set_pace(self, value: str):
+    def set_pace(self, value: str, request: gr.Request):
+        if not self._drives(request):
+            return
         try:
             self.driver.set_pace(value)
-        except ValueError:
-            warn(f"pace must be 'max' or a number of steps per second, got {value!r}")
+        except ValueError as exc:
+            warn(str(exc))
+
+    def toggle_seat(self, request: gr.Request):
+        """The seat button: take, give up, queue, leave the queue (the next tick shows it)."""
+        self._visitor(request)
+        try:
+            self.seat.toggle(request.session_hash, time.monotonic())
+        except RateLimited as exc:
+            warn(f"Slow down: {exc}")
 
     # -- the visitor's own requests ------------------------------------------------------------
     def submit_prompt(self, text, mt, temp, tp, tk, sd, stop_text, lp, request: gr.Request):
-        me = cards.visitor_owner(request.session_hash)
+        me = cards.visitor_owner(self._visitor(request))
         if not text or not text.strip():
             return gr.skip(), "Type a prompt first."
         try:
@@ -213,7 +308,7 @@ class BoardCallbacks:
         return "", f"Sent as **{cards.esc(handle.request_id)}**: it streams into your card."
 
     def cancel_mine(self, request: gr.Request):
-        self.driver.abort_owner(cards.visitor_owner(request.session_hash))
+        self.driver.abort_owner(cards.visitor_owner(self._visitor(request)))
         return "Cancelled your requests."
 
     def generate(self, prompt: str, max_tokens: int = 64, temperature: float = 0.7) -> str:
@@ -223,17 +318,20 @@ class BoardCallbacks:
         return handle.result(timeout=600).text
 
     def leave(self, request: gr.Request):
+        """The page closed: its requests are cancelled, its seat passes on."""
+        self.seat.leave(request.session_hash, time.monotonic())
         self.driver.abort_owner(cards.visitor_owner(request.session_hash))
 
     # -- the inspector ---------------------------------------------------------------------------
     def list_requests(self, request: gr.Request):
-        me = cards.visitor_owner(request.session_hash)
+        me = cards.visitor_owner(self._visitor(request))
         state = self.driver.state()
         labels = cards.request_labels(state, me)
         ids = [r.request_id for r in reversed(state.records)]
         return gr.Dropdown([(labels.get(i, i), i) for i in ids])
 
-    def inspect_request(self, rid: str | None):
+    def inspect_request(self, rid: str | None, request: gr.Request):
+        self._visitor(request)
         if not rid:
             return render_inspector(None, (), None)
         self.driver.watch(rid)

@@ -1,5 +1,5 @@
-"""The left column: presets, transport (start / pause / step / reset), pace, the knobs, and the
-visitor's own prompt with its sampling settings."""
+"""The left column: the control seat (who drives), presets, transport (start / pause / step /
+reset), pace, the knobs, and the visitor's own prompt with its sampling settings."""
 
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -12,7 +12,7 @@ from playground.scenarios import SCENARIOS, Scenario
 from playground.ui.widgets import html
 from playground.users import ARRIVALS
 
-PACES = ["max", "0.5", "1", "2", "5", "10"]
+PACES = ["max", "0.5", "1", "2", "5", "10"]  # 0.5: the driver's floor (MIN_PACE)
 MAX_TOKENS_SLIDER = 256  # the slider's end, if the public limit is higher
 
 
@@ -30,6 +30,10 @@ class Knobs(NamedTuple):
     kv_blocks: object
 
 
+NUM_DRIVE_CONTROLS = len(SCENARIOS) + 4 + len(Knobs._fields)  # Controls.drive: presets,
+# start, step, reset, pace, knobs
+
+
 class Sampling(NamedTuple):
     """The visitor's prompt and its settings, in the order Send takes them."""
 
@@ -45,6 +49,9 @@ class Sampling(NamedTuple):
 
 @dataclass(frozen=True)
 class Controls:
+    seat: gr.HTML  # who drives, and a pause's countdown
+    seat_button: gr.Button  # take / give up / queue for the seat (seat mode)
+    role: gr.Textbox  # hidden: "<Role>:paused|running"; its change sets what is interactive
     presets: dict[str, gr.Button]
     note: gr.HTML
     start: gr.Button
@@ -57,6 +64,13 @@ class Controls:
     send: gr.Button
     cancel: gr.Button
     send_status: gr.Markdown
+
+    @property
+    def drive(self) -> list:
+        """What only a driver may use (the seat's holder, a presenter; anyone in open mode),
+        but the Pause button, whose label also follows the board."""
+        return [*self.presets.values(), self.start, self.step, self.reset, self.pace,
+                *self.knobs]  # fmt: skip
 
 
 def scenario_knobs(driver: EngineDriver, sc: Scenario) -> Knobs:
@@ -82,6 +96,9 @@ def build_controls(driver: EngineDriver, k0: Knobs, engine_knobs: bool = True) -
     """engine_knobs=False (a remote server's board): the policy, budget, sequence and KV knobs
     are hidden, since the server's own flags set them."""
     with gr.Column(scale=1, min_width=320, elem_classes="pg-side"):
+        seat = html(elem_id="pg-seat")
+        seat_button = gr.Button("Take the seat", size="sm", visible=False, elem_id="pg-seat-btn")
+        role = gr.Textbox("", visible=False)
         gr.Markdown("#### Presets: one click starts one", elem_classes="pg-h")
         presets = {
             key: gr.Button(sc.title, size="sm", elem_classes="pg-preset")
@@ -101,6 +118,7 @@ def build_controls(driver: EngineDriver, k0: Knobs, engine_knobs: bool = True) -
             value="max" if pace0 is None else f"{pace0:g}",
             allow_custom_value=True,
             label="pace: steps per second",
+            elem_id="pg-pace",
         )
         with gr.Accordion("Workload and engine knobs", open=False):
             knobs = Knobs(
@@ -127,8 +145,8 @@ def build_controls(driver: EngineDriver, k0: Knobs, engine_knobs: bool = True) -
             send = gr.Button("Send", variant="primary", size="sm", elem_id="pg-send")
             cancel = gr.Button("Cancel mine", size="sm")
         send_status = gr.Markdown("", elem_id="pg-send-status")
-    return Controls(presets, note_html, start, pause, step, reset, pace, knobs, sampling, send,
-                    cancel, send_status)  # fmt: skip
+    return Controls(seat, seat_button, role, presets, note_html, start, pause, step, reset, pace,
+                    knobs, sampling, send, cancel, send_status)  # fmt: skip
 
 
 def _build_prompt(max_tokens: int) -> Sampling:

@@ -1,9 +1,11 @@
-"""HTTP API test helpers: a uvicorn server in a thread, an openai client, small waits."""
+"""HTTP API test helpers: a uvicorn server in a thread, an openai client, a board page's
+session, small waits."""
 
 import socket
 import threading
 import time
 
+import httpx
 import uvicorn
 from fastapi import FastAPI
 
@@ -58,3 +60,37 @@ def wait_for(predicate, timeout: float = 20.0, every: float = 0.02):
             return value
         time.sleep(every)
     raise AssertionError("condition not met in time")
+
+
+class Page:
+    """One browser session of the board, spoken to as its page does (POST /run/predict with
+    the session's hash and the event's fn_index)."""
+
+    def __init__(self, url: str, session: str):
+        self.url, self.session = url, session
+        self.banner = self.role = ""  # the seat banner and role key as the page shows them
+        deps = httpx.get(url + "/config", timeout=10).json()["dependencies"]
+        self.fns = {d["api_name"]: d["id"] for d in deps}
+
+    def call(self, name: str, *data) -> httpx.Response:
+        body = {"fn_index": self.fns[name], "data": list(data), "session_hash": self.session}
+        return httpx.post(self.url + "/gradio_api/run/predict", json=body, timeout=30)
+
+    def load(self):
+        self._refresh("arrive")
+        return self
+
+    def tick(self) -> str:
+        """The seat banner this session is shown, after one tick."""
+        self._refresh("tick")
+        return self.banner
+
+    def _refresh(self, name: str) -> None:
+        r = self.call(name, -1, -1, None, None, 0.25, self.role, self.banner)
+        assert r.status_code == 200, r.text
+        banner, role = r.json()["data"][-2:]  # TickOutputs: strings, or updates (skip)
+        self.banner = banner if isinstance(banner, str) else self.banner
+        self.role = role if isinstance(role, str) else self.role
+
+    def leave(self):
+        return self.call("leave")

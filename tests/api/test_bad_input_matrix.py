@@ -1,14 +1,12 @@
 """The bad-input matrix through all three doors: the engine's add_request, the board's
-callbacks (as gradio_client calls them) and the HTTP API. Every bad input gets a clear error
+callbacks (as the board's page calls them) and the HTTP API. Every bad input gets a clear error
 that names the field; nothing is queued; the engine serves the next good request."""
 
 import httpx
 import pytest
-from gradio_client import Client
-from gradio_client.exceptions import AppError
 
 from engine import EngineConfig, LLMEngine, SamplingParams
-from tests.api.server import TINY_MODEL
+from tests.api.server import TINY_MODEL, Page
 
 MEGABYTE_PROMPT = "lorem ipsum " * 90_000  # ~1 MB
 MANY_STOPS = [f"stop{i}" for i in range(10_000)]
@@ -53,8 +51,8 @@ def test_engine_door(tiny_model, prompt, kwargs, field):
 
 
 @pytest.fixture(scope="module")
-def gradio(app_server):
-    return Client(app_server.url + "/", verbose=False)
+def page(app_server):
+    return Page(app_server.url, "bad-input").load()
 
 
 # (a lone surrogate cannot leave a browser's textarea, nor gradio_client: the engine and API
@@ -72,15 +70,13 @@ BOARD_CASES = [  # (text, max_tokens, temperature, seed, stop strings, the field
 
 
 @pytest.mark.parametrize("text,max_tokens,temperature,seed,stops,field", BOARD_CASES)
-def test_board_door(gradio, app_server, text, max_tokens, temperature, seed, stops, field):
+def test_board_door(page, app_server, text, max_tokens, temperature, seed, stops, field):
     before = len(app_server.driver.state().records)
-    try:
-        cleared, status = gradio.predict(
-            text, max_tokens, temperature, 1.0, 0, seed, stops, False, api_name="/submit_prompt"
-        )
-    except AppError as exc:  # refused by the component before our callback ran
-        assert field in str(exc) and "value" in field, str(exc)
+    r = page.call("submit_prompt", text, max_tokens, temperature, 1.0, 0, seed, stops, False)
+    if r.status_code != 200:  # refused by the component before our callback ran
+        assert field in r.json()["error"] and "value" in field, r.text
     else:
+        cleared, status = r.json()["data"]
         assert field in status and cleared != "", status
         if field != "Type a prompt":
             assert status.startswith("Refused:"), status

@@ -1,7 +1,7 @@
 """The e2e fixtures: `python app.py` on a free 127.0.0.1 port (the real default model) and
 Debian's chromium driven by Playwright. One server per test module (so a preset one module
-starts does not load the next); its log goes to a file that tests read (`server.log()`), so a
-chatty server can never block on a full pipe."""
+starts does not load the next), with the module's SERVER_ARGS if it has them; its log goes to
+a file that tests read (`server.log()`), so a chatty server can never block on a full pipe."""
 
 import os
 import signal
@@ -40,13 +40,14 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(tmp_path_factory, request):
     port = _free_port()
+    args = getattr(request.module, "SERVER_ARGS", SERVER_ARGS)
     log_path = tmp_path_factory.mktemp("app") / "server.log"
     env = {k: v for k, v in os.environ.items() if k != "SPACE_ID"}
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "app.py", "--port", str(port), *SERVER_ARGS],
+            [sys.executable, "app.py", "--port", str(port), *args],
             cwd=ROOT, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
     url = AppServer(f"http://127.0.0.1:{port}")

@@ -100,7 +100,7 @@ class Pollers:
         charts_at, every = None, TICK_S  # as the page keeps them: last chart redraw, timer
         while not self.stop.is_set():
             t0 = time.perf_counter()
-            inputs = [seen, charts_seen, charts_at, None, every]
+            inputs = [seen, charts_seen, charts_at, None, every, "", ""]  # role, seat banner
             text, charts, _, at, interval, *_ = self._post(session, self.tick, inputs)
             if isinstance(text, int | float):
                 seen = text
@@ -127,7 +127,7 @@ def main() -> None:
     callbacks.chart_values = _timed(callbacks.chart_values, CHART_COSTS)
     built = {}
     real_build = app.build_ui
-    app.build_ui = lambda d: built.setdefault("demo", real_build(d))
+    app.build_ui = lambda d, seat=None: built.setdefault("demo", real_build(d, seat))
     engine = LLMEngine.from_pretrained("default", num_kv_blocks=512, max_num_seqs=16)
     driver = EngineDriver(engine)
     fastapi_app = app.create_app(driver)

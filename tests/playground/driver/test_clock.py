@@ -5,8 +5,9 @@ import time
 import pytest
 
 from engine import StopReason
-from playground.driver.clock import RunClock, StepCounter, parse_pace
-from tests.playground.driving import fixed
+from playground.driver import EngineDriver
+from playground.driver.clock import MIN_PACE, RunClock, StepCounter, parse_pace
+from tests.playground.driving import fixed, settled
 
 
 def test_the_run_clock_stands_still_while_paused():
@@ -25,9 +26,25 @@ def test_the_run_clock_stands_still_while_paused():
 def test_pace_is_a_step_slot():
     assert RunClock(None).slot(0.1) == 0.1 and RunClock("max").pace is None
     assert RunClock(4).slot(0.0) == 0.25 and RunClock("2").pace == 2.0
-    for bad in (0, -1, "0"):
-        with pytest.raises(ValueError, match="pace"):
+    for bad in (0, -1, "0", "1e-9", 0.49, "nan", "inf", "fast", [1]):
+        with pytest.raises(ValueError, match=f"pace must be 'max' or .* >= {MIN_PACE:g}"):
             parse_pace(bad)
+    assert parse_pace(MIN_PACE) == MIN_PACE
+
+
+def test_a_pause_ends_by_itself_and_pausing_again_does_not_extend_it():
+    clock = RunClock("max", max_pause_s=0.1)
+    clock.pause()
+    end = clock.paused_until
+    assert not clock.resume_if_due()
+    time.sleep(0.05)
+    clock.pause()  # already paused: same end
+    assert clock.paused_until == end
+    time.sleep(0.06)
+    assert clock.resume_if_due() and not clock.paused and clock.paused_until is None
+    for bad in (0, -1, float("inf"), "5"):
+        with pytest.raises(ValueError, match="max_pause_s"):
+            RunClock("max", max_pause_s=bad)
 
 
 def test_a_single_step_ask_is_released_when_there_is_nothing_to_step():
@@ -63,3 +80,31 @@ def test_pace_slows_the_loop(driver):
     assert driver.state().pace == 20
     with pytest.raises(ValueError, match="pace"):
         driver.set_pace(0)
+
+
+def test_a_tiny_pace_is_refused_and_the_engine_keeps_its_pace(driver):
+    """`/set_pace "1e-9"` once froze every board: the floor refuses it, nothing changes."""
+    driver.set_pace(20)
+    for bad in ("1e-9", 1e-9, "0.1"):
+        with pytest.raises(ValueError, match="pace"):
+            driver.set_pace(bad)
+    t0 = time.monotonic()
+    driver.submit("still moving", fixed(4), wait=True).result(timeout=10)
+    assert time.monotonic() - t0 < 5 and driver.state().pace == 20
+
+
+def test_a_pause_nobody_lifts_resumes_within_the_bound(make_engine):
+    """A request queued under a pause finishes once the pause has lasted max_pause_s."""
+    bound = 0.6
+    d = EngineDriver(make_engine(), engine_factory=make_engine, max_pause_s=bound)
+    try:
+        d.pause()
+        t0 = time.monotonic()
+        handle = d.submit("held", fixed(3), wait=True)
+        assert settled(d, lambda s: s.paused).paused_until > t0
+        out = handle.result(timeout=bound + 10)
+        waited = time.monotonic() - t0
+        assert out.stop_reason == StopReason.MAX_TOKENS and bound * 0.9 <= waited < bound + 5
+        assert settled(d, lambda s: not s.paused).paused_until is None
+    finally:
+        d.stop()

@@ -18,5 +18,6 @@ def test_every_callback_is_a_named_method_of_one_object(driver):
     names = {f.name for f in demo.fns.values()}
     expected = {"tick", "redraw_charts", "redraw_compare", "pick_scenario", "start",
                 "toggle_pause", "single_step", "reset_board", "set_pace", "submit_prompt",
-                "cancel_mine", "list_requests", "inspect_request", "generate"}  # fmt: skip
+                "cancel_mine", "list_requests", "inspect_request", "generate", "arrive",
+                "show_role", "toggle_seat", "leave"}  # fmt: skip
     assert expected <= names

@@ -1,11 +1,14 @@
 """The board's callbacks: escaped refusals, the timer's interval, the watchdog banner."""
 
+import time
+
 import gradio as gr
 import pytest
 
+from playground.seat import Seat
 from playground.ui import TICK_S, build_ui
 from playground.ui.callbacks import BoardCallbacks
-from playground.ui.controls import Knobs
+from playground.ui.controls import NUM_DRIVE_CONTROLS, Knobs
 
 XSS = "<img src=x onerror=alert(1)>"
 
@@ -14,17 +17,25 @@ def _callback(demo: gr.Blocks, name: str):
     return next(f.fn for f in demo.fns.values() if f.name == name)
 
 
+def visitor(demo: gr.Blocks, session: str, **query) -> gr.Request:
+    """A session whose page loaded (the load event ran): its request."""
+    request = gr.Request(session_hash=session, query_params=query)
+    _callback(demo, "arrive")(-1, -1, 0.0, None, TICK_S, "", "", request)
+    return request
+
+
 def test_refusals_in_toasts_and_the_send_status_are_escaped(driver):
     """Gradio renders gr.Warning toasts and the status Markdown as HTML, and a refusal can
     quote the visitor's own text: a stop string over 256 characters, a custom pace, a knob."""
     demo = build_ui(driver)
     submit = _callback(demo, "submit_prompt")
+    me = visitor(demo, "a")
     with pytest.warns(UserWarning) as toasts:  # gr.Warning outside a request warns
-        _, status = submit("hi", 8, 0.7, 0.95, 0, -1, XSS * 10, True,
-                           gr.Request(session_hash="a"))  # fmt: skip
-        _callback(demo, "set_pace")(XSS)
-        _callback(demo, "start")("chat_burst", 2, "all at once", 1.0, XSS, False, 256, 16, 128)
-        _callback(demo, "reset_board")(XSS, 256, 16, 128)
+        _, status = submit("hi", 8, 0.7, 0.95, 0, -1, XSS * 10, True, me)
+        _callback(demo, "set_pace")(XSS, me)
+        _callback(demo, "start")("chat_burst", 2, "all at once", 1.0, XSS, False, 256, 16, 128,
+                                 me)  # fmt: skip
+        _callback(demo, "reset_board")(XSS, 256, 16, 128, me)
     shown = [status, *(str(w.message) for w in toasts if "img" in str(w.message))]
     assert len(shown) == 5 and status.startswith("Refused: stop strings")
     for text in shown:
@@ -39,7 +50,7 @@ def test_the_timer_slows_down_while_many_sessions_watch(driver):
     tick = next(f.fn for f in demo.fns.values() if f.name == "tick")  # timer and page load
 
     def interval(session: str, every: float):  # the timer output of one tick
-        out = tick(-1, -1, 0.0, None, every, gr.Request(session_hash=session))
+        out = tick(-1, -1, 0.0, None, every, "", "", gr.Request(session_hash=session))
         return out.timer
 
     assert interval("s0", TICK_S) == gr.skip()  # one watcher: the timer is left as it is
@@ -53,15 +64,43 @@ def test_the_watchdog_banner_is_sent_only_when_it_can_have_changed(driver):
     demo = build_ui(driver)
     tick = next(f.fn for f in demo.fns.values() if f.name == "tick")
     request = gr.Request(session_hash="a")
-    first = tick(-1, -1, 0.0, None, TICK_S, request)
+    first = tick(-1, -1, 0.0, None, TICK_S, "", "", request)
     assert first.alert == ""  # a new board version: the (empty) banner comes with it
     version = first.version
-    assert tick(version, version, 0.0, None, TICK_S, request).alert == gr.skip()
+    assert tick(version, version, 0.0, None, TICK_S, "", "", request).alert == gr.skip()
 
 
 def test_a_preset_shows_its_knobs_and_starts_with_them(driver):
-    values = BoardCallbacks(driver).start_preset("kv_pressure")
+    cb = BoardCallbacks(driver)
+    cb.seat.arrive("a", time.monotonic())
+    values = cb.answer_lesson(-1, {"key": "kv_pressure"}, gr.Request(session_hash="a"))
     knobs = Knobs(*values[: len(Knobs._fields)])
     assert knobs.scenario == "kv_pressure" and knobs.kv_blocks == 40
     assert driver.config.num_kv_blocks == 40 and driver.config.block_size == 16
     assert driver.state().workload == "kv_pressure" and not driver.is_paused
+
+
+def test_a_role_change_sets_what_the_session_may_use(driver):
+    cb = BoardCallbacks(driver, Seat("seat", on_handover=driver.resume))
+    pause, *drive, seat_button = cb.show_role("watcher:paused")
+    assert pause["value"] == "Resume" and pause["interactive"] is False
+    assert len(drive) == NUM_DRIVE_CONTROLS and all(u["interactive"] is False for u in drive)
+    assert seat_button["value"] == "Queue for the seat" and seat_button["visible"] is True
+    pause, *drive, seat_button = cb.show_role("free:running")
+    assert pause["value"] == "Pause" and all(u["interactive"] for u in [pause, *drive])
+    assert seat_button["value"] == "Take the seat"
+    _, *_, seat_button = BoardCallbacks(driver).show_role("driver:running")  # open mode
+    assert seat_button["visible"] is False
+
+
+def test_the_tick_sends_the_role_until_the_page_shows_it_and_none_before_the_load(driver):
+    demo = build_ui(driver)
+    tick = _callback(demo, "tick")
+    early = tick(-1, -1, 0.0, None, TICK_S, "", "", gr.Request(session_hash="s"))
+    assert early.role == gr.skip() and early.seat == gr.skip()  # its load has not run yet
+    first = _callback(demo, "arrive")(-1, -1, 0.0, None, TICK_S, "", "", visitor(demo, "s"))
+    assert first.role == "driver:running" and first.seat == gr.skip()  # open: no banner
+    late = tick(-1, -1, 0.0, None, TICK_S, "stranger:running", "", visitor(demo, "s"))
+    assert late.role == "driver:running"  # a late answer left the page behind: sent again
+    assert tick(-1, -1, 0.0, None, TICK_S, "driver:running", "", visitor(demo, "s")).role \
+        == gr.skip()  # fmt: skip

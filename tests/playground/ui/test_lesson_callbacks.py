@@ -1,6 +1,8 @@
 """A preset asks first: its button shows the question and the knobs, an answer starts the run,
 and the panel follows the charts with the measured answer; compare mode is the main view."""
 
+import time
+
 import gradio as gr
 
 from playground.lessons import LESSONS
@@ -10,10 +12,18 @@ from playground.ui.controls import Knobs
 from playground.ui.story import MAX_ANSWERS
 
 NUM_KNOBS = len(Knobs._fields)
+PAGE = gr.Request(session_hash="a-page")
+
+
+def _callbacks(driver) -> BoardCallbacks:
+    """The callbacks of a board whose page "a-page" has loaded (the seat knows it)."""
+    cb = BoardCallbacks(driver)
+    cb.seat.arrive(PAGE.session_hash, time.monotonic())
+    return cb
 
 
 def test_a_preset_asks_its_question_and_starts_nothing(driver):
-    values = BoardCallbacks(driver).open_lesson("kv_pressure")
+    values = _callbacks(driver).open_lesson("kv_pressure", PAGE)
     knobs = Knobs(*values[:NUM_KNOBS])
     assert knobs.scenario == "kv_pressure" and knobs.kv_blocks == 40
     lesson, panel = values[NUM_KNOBS + 1], values[NUM_KNOBS + 2]
@@ -23,28 +33,28 @@ def test_a_preset_asks_its_question_and_starts_nothing(driver):
     assert len(buttons) == MAX_ANSWERS + 1 and all(b.visible for b in buttons)
     assert [b.value for b in buttons[:3]] == [t for _, t in LESSONS["kv_pressure"].answers]
     assert driver.state().workload is None  # nothing runs before the visitor answers
-    two = BoardCallbacks(driver).open_lesson("long_vs_short")[NUM_KNOBS + 3 :]
+    two = _callbacks(driver).open_lesson("long_vs_short", PAGE)[NUM_KNOBS + 3 :]
     assert [b.visible for b in two] == [True, True, False, True]
 
 
 def test_an_answer_starts_the_preset_and_keeps_the_guess(driver):
-    cb = BoardCallbacks(driver)
-    values = cb.answer_lesson(1, {"key": "kv_pressure", "guess": None})
+    cb = _callbacks(driver)
+    values = cb.answer_lesson(1, {"key": "kv_pressure", "guess": None}, PAGE)
     assert values[NUM_KNOBS + 2] == {"key": "kv_pressure", "guess": "preempt"}
     assert "your guess: <b>some running requests are preempted" in values[NUM_KNOBS + 3]
     assert all(not b.visible for b in values[NUM_KNOBS + 4 :])
     assert driver.state().workload == "kv_pressure" and driver.config.num_kv_blocks == 40
-    skipped = cb.answer_lesson(-1, {"key": "prefix_cache", "guess": None})
+    skipped = cb.answer_lesson(-1, {"key": "prefix_cache", "guess": None}, PAGE)
     assert skipped[NUM_KNOBS + 2]["guess"] == "" and driver.state().workload == "prefix_cache"
-    assert cb.answer_lesson(0, {"key": None}) == [gr.skip()] * len(skipped)
+    assert cb.answer_lesson(0, {"key": None}, PAGE) == [gr.skip()] * len(skipped)
 
 
 def test_the_story_follows_the_charts_and_compare_mode_is_the_main_view(driver):
-    cb = BoardCallbacks(driver)
+    cb = _callbacks(driver)
     panel, stops, compare = cb.refresh_story(0, {"key": "chat_burst", "guess": "few"})
     assert "your guess: <b>1 or 2 steps</b>" in panel and "What the stop reasons say" in stops
     assert compare.visible is False
-    cb.answer_lesson(2, {"key": "static_vs_continuous"})
+    cb.answer_lesson(2, {"key": "static_vs_continuous"}, PAGE)
     driver.pause()
     assert cb.refresh_story(0, None)[2].visible is True
 
