@@ -78,7 +78,8 @@ def test_a_pages_session_sends_prompts_and_drives_in_open_mode(app_server):
 def seat_server(make_driver):
     driver = make_driver()
     policy = SeatPolicy(term_s=30, idle_s=1.5, gone_s=30, burst=20, actions_per_s=10)
-    server = Server(app_module.create_app(driver, Seat("seat", policy, on_handover=driver.resume)))
+    seat = Seat("seat", policy, on_handover=driver.resume)
+    server = Server(app_module.create_app(driver, seat=seat))
     server.driver = driver
     yield server
     server.stop()

@@ -134,7 +134,8 @@ def test_a_queued_stream_sends_keep_alive_comments_until_its_tokens_come(make_dr
         driver.resume()
         server.stop()
     waiting = [line for t, line in lines if t < resumed and line]
-    assert len(waiting) >= 2 and set(waiting) == {": keep-alive"}, lines[:6]
+    assert len(waiting) >= 2 and all(line.startswith(": ") for line in waiting), lines[:6]
+    assert "paused" in waiting[0]  # it says why nothing comes
     data = [line for _, line in lines if line.startswith("data: ")]
     assert data[-1] == "data: [DONE]" and len(data) >= 2
 

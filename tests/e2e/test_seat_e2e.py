@@ -74,7 +74,7 @@ def locked_url(tiny_model):
     config = EngineConfig(max_num_seqs=8, num_kv_blocks=64, block_size=16)
     driver = EngineDriver(make_engine(model, tokenizer, config), base_config=config)
     seat = Seat("locked", presenter_key=KEY, on_handover=driver.resume)
-    server = Server(app.create_app(driver, seat))
+    server = Server(app.create_app(driver, seat=seat))
     yield server.url
     server.stop()
     driver.stop()
