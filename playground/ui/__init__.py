@@ -12,6 +12,7 @@ from playground.driver import EngineDriver
 from playground.scenarios import DEFAULT_SCENARIO, SCENARIOS
 from playground.ui.callbacks import TICK_S, BoardCallbacks, TickOutputs
 from playground.ui.controls import Controls, build_controls, scenario_knobs
+from playground.ui.rewind import RewindBar, RewindCallbacks, TracePanel, build_rewind, build_traces
 from playground.ui.sections import (
     Refresh,
     Tabs,
@@ -32,26 +33,31 @@ def build_ui(driver: EngineDriver) -> gr.Blocks:
     with gr.Blocks(title="Continuous batching playground") as demo:
         refresh = build_refresh(TICK_S)
         top = build_top()
+        rewind = build_rewind()
         with gr.Row(equal_height=False):
             controls = build_controls(driver, scenario_knobs(driver, SCENARIOS[DEFAULT_SCENARIO]))
             board = build_board(first)
         tabs = build_tabs(first)
-        _wire_refresh(demo, callbacks, refresh, top, board, tabs)
+        traces = build_traces()
+        _wire_refresh(demo, callbacks, refresh, top, board, tabs, rewind)
         _wire_controls(demo, callbacks, controls, tabs)
+        _wire_rewind(RewindCallbacks(driver, callbacks.cache), rewind, traces, refresh, top,
+                     board, tabs, controls)  # fmt: skip
     return demo
 
 
-def _wire_refresh(demo, cb: BoardCallbacks, refresh: Refresh, top: Top, board, tabs: Tabs):
+def _wire_refresh(demo, cb: BoardCallbacks, refresh: Refresh, top: Top, board, tabs: Tabs,
+                  rewind: RewindBar):  # fmt: skip
     r = refresh
     outputs = list(TickOutputs(r.version, r.chart_version, r.compare_version, r.charts_at,
                                r.timer, top.alert, top.stats, board, tabs.log, tabs.inspector,
                                tabs.scoreboard))  # fmt: skip
     hidden = dict(show_progress="hidden", queue=False)
-    inputs = [r.version, r.chart_version, r.charts_at, tabs.inspect_rid, r.timer]
+    inputs = [r.version, r.chart_version, r.charts_at, tabs.inspect_rid, r.timer, rewind.at]
     r.timer.tick(cb.tick, inputs, outputs, **hidden)
     demo.load(cb.tick, inputs, outputs, show_progress="hidden")
-    r.chart_version.change(cb.redraw_charts, [r.chart_version, r.sent], [r.sent, r.figures],
-                           **hidden)  # fmt: skip
+    r.chart_version.change(cb.redraw_charts, [r.chart_version, r.sent],
+                           [r.sent, r.figures, rewind.slider], **hidden)  # fmt: skip
     r.compare_version.change(cb.redraw_compare, [r.compare_version, r.sent_compare],
                              [r.sent_compare, r.compare_figures], **hidden)  # fmt: skip
     draw = load_asset("charts.js")
@@ -80,3 +86,16 @@ def _wire_controls(demo, cb: BoardCallbacks, c: Controls, tabs: Tabs):
     tabs.refresh_ids.click(cb.list_requests, None, tabs.inspect_rid)
     tabs.inspector_tab.select(cb.list_requests, None, tabs.inspect_rid)
     tabs.inspect_rid.change(cb.inspect_request, tabs.inspect_rid, tabs.inspector)
+
+
+def _wire_rewind(cb: RewindCallbacks, rb: RewindBar, tp: TracePanel, r: Refresh, top: Top,
+                 board, tabs: Tabs, c: Controls):  # fmt: skip
+    hidden = dict(show_progress="hidden", queue=False)
+    shown = [rb.at, rb.note, top.stats, board, tabs.log, r.figures, r.sent]
+    rb.slider.input(cb.show_step, rb.slider, shown, trigger_mode="always_last", **hidden)
+    rb.back.click(cb.step_back, [rb.at, rb.slider], [rb.slider, *shown], **hidden)
+    rb.forward.click(cb.step_forward, [rb.at, rb.slider], [rb.slider, *shown], **hidden)
+    rb.live.click(cb.go_live, None, [rb.at, rb.note, rb.slider, top.stats, board, tabs.log,
+                                     r.figures, r.sent], **hidden)  # fmt: skip
+    tp.export.click(cb.export, None, tp.files)
+    tp.run.click(cb.run_replay, [tp.upload, tp.mode], [tp.status, c.pause])

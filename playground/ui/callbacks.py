@@ -21,6 +21,7 @@ from playground.driver import EngineDriver, RequestRejected
 from playground.inspector import render_inspector
 from playground.scenarios import SCENARIOS
 from playground.ui.controls import note, scenario_knobs
+from playground.ui.rewind import slider_update
 from playground.views import FigureCache, board_values, chart_values, compare_values
 
 TICK_S = 0.25  # the text refreshes ~4 times a second
@@ -65,19 +66,22 @@ class BoardCallbacks:
         self.audience = Audience()
 
     # -- refresh ---------------------------------------------------------------------------
-    def tick(self, seen, charts_seen, last_charts, rid, every, request: gr.Request):
+    def tick(self, seen, charts_seen, last_charts, rid, every, request: gr.Request, rewound=None):
         """Cheap: never waits for the driver. The text comes with the tick; the charts
         come through chart_version's change event, at most every CHART_INTERVAL_S. Both
         come more rarely while many people watch (see Audience): the timer's interval
-        is part of the answer."""
+        is part of the answer. While this session looks at an earlier step (`rewound`),
+        the board is left as it is."""
         state, now = self.driver.state(), time.monotonic()
-        changed = state.version != seen
+        changed = state.version != seen and rewound is None
         warning = cards.render_alert(self.driver.stuck_for())
         if not warning and not changed:
             warning = gr.skip()  # nothing shown (the last new version cleared it)
         slowdown = self.audience.slowdown(request.session_hash, now)
-        due = state.version != charts_seen and now - (last_charts or 0) >= (
-            CHART_INTERVAL_S * slowdown
+        due = (
+            changed
+            and state.version != charts_seen
+            and now - (last_charts or 0) >= (CHART_INTERVAL_S * slowdown)
         )
         interval = round(TICK_S * slowdown, 2)
         skip = gr.skip()
@@ -98,7 +102,10 @@ class BoardCallbacks:
         )
 
     def redraw_charts(self, _version, charts_sent: dict):
-        return chart_values(self.driver.state(), self.cache, charts_sent)
+        """The charts the session lacks, and the rewind slider over the steps kept."""
+        state = self.driver.state()
+        return [*chart_values(state, self.cache, charts_sent),
+                slider_update(self.driver.history.steps())]  # fmt: skip
 
     def redraw_compare(self, _version, charts_sent: dict):
         return compare_values(self.driver.state(), self.cache, charts_sent)

@@ -8,8 +8,8 @@ from tests.playground.driving import fixed
 
 
 def _track(trace: dict, name: str) -> list[dict]:
-    tid = next(e["tid"] for e in trace["traceEvents"]
-               if e["ph"] == "M" and e["name"] == "thread_name" and e["args"]["name"] == name)  # fmt: skip
+    names = [e for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"]
+    tid = next(e["tid"] for e in names if e["args"]["name"] == name)
     return [e for e in trace["traceEvents"]
             if e["pid"] == REQUESTS_PID and e["tid"] == tid and e["ph"] != "M"]  # fmt: skip
 
