@@ -150,7 +150,12 @@ class StepHistory:
             num_tpots=len(snap.tpots),
             users=users if users is not live.users else None,
         )
-        live.apply(delta)
+        # the snapshot's own objects: a finished request's state is the same object from one
+        # snapshot to the next, so the identity check above skips it
+        users = users if delta.users is not None else live.users
+        requests = {r.request_id: r for r in snap.requests}
+        self._live = _Frame(snap.step, requests, cached, delta.counts, snap.totals,
+                            delta.num_ttfts, delta.num_tpots, users)  # fmt: skip
         with self._lock:
             self._deltas.append(delta)
             self._latest = snap

@@ -28,8 +28,9 @@ from playground.driver.loop import DriverLoop
 from playground.driver.watchdog import STUCK_AFTER_S
 from playground.history import StepHistory
 from playground.limits import PublicLimits
-from playground.replay import Replay, ReplayWorkload
+from playground.replay import Replay
 from playground.requests import RequestHandle, RequestRejected, preview
+from playground.rerun import ReplayWorkload
 from playground.trace import chrome_trace
 
 __all__ = ["STUCK_AFTER_S", "EngineDriver", "RequestHandle", "RequestRejected"]

@@ -16,6 +16,7 @@ from engine import FieldError
 from playground import cards
 from playground.driver import EngineDriver
 from playground.replay import Replay
+from playground.replay_door import board_replay
 from playground.rewind import live_note, rewind_note, rewound_figures, rewound_state
 from playground.ui.widgets import html
 from playground.views import board_values, chart_values
@@ -127,7 +128,8 @@ class RewindCallbacks:
         if not path:
             return "Choose a replay file first.", gr.skip()
         try:
-            replay = Replay.load(path)
+            d = self.driver
+            replay = board_replay(Replay.load(path), d.limits, d.tokenizer, d.base_config)
             config, compare = replay.config, replay.compare
             if mode in ("continuous", "static"):
                 config, compare = replace(config, scheduling_policy=mode), False

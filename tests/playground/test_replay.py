@@ -5,7 +5,8 @@ import json
 import pytest
 
 from engine import EngineConfig, FieldError, SamplingParams
-from playground.replay import Replay, ab, ab_table, compare_outputs, run_offline
+from playground.replay import Replay
+from playground.rerun import ab, ab_table, compare_outputs, run_offline
 from playground.users import UserProfile, Workload
 from tests.playground.driving import fixed, settled
 from tests.tiny_models import TINY_ENGINE
