@@ -38,9 +38,12 @@ def rewound_state(live: BoardState, snap: EngineSnapshot, users: tuple) -> Board
                    records=tuple(records), users=users, details={})  # fmt: skip
 
 
-def rewound_figures(state: BoardState, window: tuple[int, int]) -> dict[str, str]:
+def rewound_figures(
+    state: BoardState, window: tuple[int, int], live_end: float | None = None
+) -> dict[str, str]:
     """Every chart of a rewound state, step `state.snapshot.step` marked; `window` is the
-    (oldest, newest) step the history keeps."""
+    (oldest, newest) step the history keeps, `live_end` the end of the newest step
+    (time.monotonic()): the timeline's axis reaches it, so its cursor shows where step k is."""
     snap = state.snapshot
     figures = {k: orjson.loads(v) for k, v in _figures(state).items()}
     for key in STEP_CHARTS:
@@ -55,7 +58,9 @@ def rewound_figures(state: BoardState, window: tuple[int, int]) -> dict[str, str
         )
     reqs = sorted(snap.requests, key=lambda r: r.arrival)[-MAX_TIMELINE_REQUESTS:]
     if "timeline" in figures and reqs and record is not None:
-        _cursor(figures["timeline"], round(record.start + record.duration - reqs[0].arrival, 3))
+        t0 = reqs[0].arrival
+        end = None if live_end is None else (-0.05, round(live_end - t0, 3))
+        _cursor(figures["timeline"], round(record.start + record.duration - t0, 3), end)
     figures["kv"]["layout"]["title"]["text"] = (
         f"KV blocks after step {snap.step}: {snap.kv_blocks_used} used, "
         f"{snap.kv_blocks_cached} cached, {snap.kv_blocks_free} free"

@@ -84,10 +84,13 @@ class RewindCallbacks:
         if frame is None:
             return [None, live_note(window), *[gr.skip()] * 5]
         snap, users = frame
-        state = rewound_state(self.driver.state(), snap, users)
+        live = self.driver.state()
+        state = rewound_state(live, snap, users)
         me = cards.visitor_owner(request.session_hash)
         text = board_values(state, me, None, ())
-        figures = rewound_figures(state, window)
+        steps = live.snapshot.steps
+        figures = rewound_figures(state, window, steps[-1].start + steps[-1].duration if steps
+                                  else None)  # fmt: skip
         payload = "{" + ",".join(f'"{k}":{v}' for k, v in figures.items()) + "}"
         note = rewind_note(snap.step, window, history.nbytes(), len(history))
         return [snap.step, note, text[0], text[1], text[2], payload, {}]

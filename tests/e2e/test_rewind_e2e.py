@@ -50,7 +50,10 @@ def test_scrub_back_20_steps_then_download_the_trace(page, tmp_path):
     shot = tmp_path / "rewind.png"
     if os.environ.get("PLAYGROUND_UPDATE_SCREENSHOT"):
         shot = ROOT / "assets" / "rewind.png"
-    page.screenshot(path=str(shot), full_page=False)
+    page.screenshot(path=str(shot), full_page=True,
+                    clip={"x": 0, "y": 0, "width": 1600, "height": 1560})  # fmt: skip
+    note = page.locator("#pg-rewind-at").inner_text()
+    print(f"rewind note: {note}")  # the memory the deltas take, for the record
     page.click("#pg-live")
     page.wait_for_function(f"() => !({KV})()[0].includes('after step')", timeout=30_000)
 
@@ -58,13 +61,14 @@ def test_scrub_back_20_steps_then_download_the_trace(page, tmp_path):
     page.click("#pg-export")
     links = page.locator("#pg-export-files a")
     links.first.wait_for(timeout=30_000)
-    files = {}
+    files, paths = {}, {}
     for i in range(links.count()):
         with page.expect_download() as download:
             links.nth(i).click()
         path = tmp_path / download.value.suggested_filename
         download.value.save_as(path)
-        files[path.name.split("-")[0]] = json.loads(path.read_text())
+        kind = path.name.split("-")[0]
+        files[kind], paths[kind] = json.loads(path.read_text()), path
     trace, replay = files["trace"], files["replay"]
     in_trace = {e["args"]["request_id"] for e in trace["traceEvents"]
                 if e.get("pid") == 1 and e["ph"] != "M"}  # fmt: skip
@@ -72,4 +76,14 @@ def test_scrub_back_20_steps_then_download_the_trace(page, tmp_path):
     assert run and run <= in_trace, run - in_trace
     assert set(live_cards) <= in_trace
     assert {e["name"] for e in trace["traceEvents"] if e["ph"] == "C"} >= {"batch size"}
-    page.click("#pg-pause")  # Resume
+
+    # the replay file back in, as an A/B: both policies side by side on the Compare tab
+    page.set_input_files("#pg-replay input[type=file]", str(paths["replay"]))
+    page.get_by_label("A/B: continuous vs static").check()
+    page.click("#pg-run-replay")
+    page.wait_for_function("() => document.querySelector('#pg-replay-status').textContent"
+                           ".includes('Replaying')", timeout=30_000)  # fmt: skip
+    page.get_by_role("tab", name="Compare: static vs continuous").click()
+    rows = "() => [...document.querySelectorAll('.pg-score td:first-child')].map(t => t.innerText)"
+    page.wait_for_function(f"() => ({rows})().length == 2", timeout=60_000)
+    assert page.evaluate(rows) == ["continuous", "static"]
