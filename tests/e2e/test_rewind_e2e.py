@@ -19,6 +19,8 @@ BATCH_STEPS = """() => { const gd = document.querySelector('#pg-plot-batch .js-p
 CARDS = """() => Object.fromEntries([...document.querySelectorAll('.pg-card:not(.pg-mine)')]
     .filter(c => c.querySelector('.pg-rid').textContent)
     .map(c => [c.querySelector('.pg-rid').textContent, c.querySelector('.pg-text').textContent]))"""
+TIMELINE = """() => { const gd = document.querySelector('#pg-plot-timeline .js-plotly-plot');
+    return [gd.layout.shapes[0].x0, gd.layout.xaxis.range] }"""
 SLIDER_MAX = "() => parseInt(document.querySelector('#pg-rewind input[type=range]').max)"
 
 
@@ -41,6 +43,9 @@ def test_scrub_back_20_steps_then_download_the_trace(page, tmp_path):
     old_kv, old_cards = page.evaluate(KV), page.evaluate(CARDS)
     assert old_kv[1] != live_kv[1], "the KV block map did not change"
     assert max(page.evaluate(BATCH_STEPS)) == target
+    cursor, axis = page.evaluate(TIMELINE)
+    print(f"timeline cursor at {cursor} s, axis {axis}")
+    assert axis[0] < cursor < axis[1], "the timeline's cursor is not inside the run"
     older = [rid for rid, text in old_cards.items()
              if rid in live_cards and text != live_cards[rid]]  # fmt: skip
     assert older, f"no card shows older text: {old_cards} vs {live_cards}"
