@@ -5,8 +5,9 @@ the public limits (playground/limits.py) like the visitor's own prompts, there a
 MAX_BOARD_REPLAY_REQUESTS of them, and of its engine knobs only those the board's own
 controls and presets set are taken (batching, token budget, max sequences, KV blocks, block
 size, prefix caching, chunked prefill), within the controls' ranges, on top of the command
-line's config. A refusal is a FieldError naming the field. Code (`driver.start_replay`) takes
-a file as it is.
+line's config. Owners other than the simulated users' ("user:<name>") become REPLAY_OWNER, so
+a file cannot write into another visitor's card. A refusal is a FieldError naming the field.
+Code (`driver.start_replay`) takes a file as it is.
 """
 
 from dataclasses import replace
@@ -18,6 +19,7 @@ from playground.limits import LimitExceeded, PublicLimits
 from playground.replay import Replay
 
 MAX_BOARD_REPLAY_REQUESTS = 256
+REPLAY_OWNER = "replay"
 BOARD_KNOBS = {  # EngineConfig field -> the (low, high) the board's controls allow, or None
     "scheduling_policy": None,
     "max_num_batched_tokens": (16, 2048),
@@ -57,5 +59,6 @@ def board_replay(replay: Replay, limits: PublicLimits, tokenizer, base: EngineCo
             raise FieldError(f"{where}.{exc.field}", f"{where}.{exc}") from None
         except ValueError as exc:
             raise FieldError(f"{where}.prompt", f"{where}.prompt: {exc}") from None
-        requests.append(replace(r, params=params))
+        owner = r.owner if r.owner and r.owner.startswith("user:") else REPLAY_OWNER
+        requests.append(replace(r, params=params, owner=owner))
     return replace(replay, config=config, requests=tuple(requests))

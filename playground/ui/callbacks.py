@@ -79,7 +79,7 @@ class BoardCallbacks:
             warning = gr.skip()  # nothing shown (the last new version cleared it)
         slowdown = self.audience.slowdown(request.session_hash, now)
         due = (
-            changed
+            rewound is None
             and state.version != charts_seen
             and now - (last_charts or 0) >= (CHART_INTERVAL_S * slowdown)
         )

@@ -12,7 +12,8 @@ def _replay(num=2, **engine):
     return Replay.from_json({
         "format": "cb-playground-replay", "version": 1, "engine": engine,
         "requests": [{"request_id": f"r{i}", "arrival_s": i * 0.5, "prompt": "hello there",
-                      "params": {"max_tokens": 8}} for i in range(num)],
+                      "params": {"max_tokens": 8}, "owner": "user:Ada" if i == 0 else
+                      "visitor:someone-else"} for i in range(num)],
     })  # fmt: skip
 
 
@@ -26,6 +27,7 @@ def test_only_the_boards_knobs_are_taken_and_limits_apply(char_tokenizer):
     assert (c.torch_compile, c.max_waiting, c.model_impl) == (False, 64, "auto")
     assert c.num_kv_blocks == 512  # the file's None (sized from memory) keeps the board's
     assert all(r.params.timeout_s == 60 for r in checked.requests)
+    assert [r.owner for r in checked.requests] == ["user:Ada", "replay"]
 
 
 @pytest.mark.parametrize(
