@@ -7,6 +7,7 @@ stays the Pause button's business). The views are the board's own (playground/re
 
 import tempfile
 import time
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -65,7 +66,12 @@ def build_traces() -> TracePanel:
                             elem_id="pg-export-files")  # fmt: skip
         with gr.Column():
             upload = gr.File(label="replay file", file_types=[".json"], elem_id="pg-replay")
-            mode = gr.Radio(list(REPLAY_MODES), value=REPLAY_MODES[0], label="run it with")
+            mode = gr.Radio(
+                list(REPLAY_MODES),
+                value=REPLAY_MODES[0],
+                label="run it with",
+                elem_id="pg-replay-mode",
+            )
             run = gr.Button("Run replay", size="sm", variant="primary", elem_id="pg-run-replay")
             status = gr.Markdown("", elem_id="pg-replay-status")
     return TracePanel(export, files, upload, mode, run, status)
@@ -143,6 +149,8 @@ class RewindCallbacks:
             message = cards.esc(f"Refused: {exc}")
             gr.Warning(message)
             return message, gr.skip()
+        except FutureTimeout:
+            return "The engine was too busy to start the replay in time; try again.", gr.skip()
         self.driver.resume()
         where = " side by side: see the Compare tab" if compare else ""
         return (f"Replaying {len(replay.requests)} requests{where}.", gr.Button("Pause"))
