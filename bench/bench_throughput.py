@@ -24,9 +24,11 @@ near-tie, mismatch).
 
     python bench/bench_throughput.py --check                 # the full run (tens of minutes)
     python bench/bench_throughput.py --quick --check         # a smoke run
+    python bench/bench_throughput.py --quick --trace-dir /tmp  # + a Chrome trace per engine run
 """
 
 import argparse
+import functools
 import gc
 import json
 import os
@@ -50,6 +52,8 @@ from bench.workload import describe, make_workload  # noqa: E402
 from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 from engine.loader import load_model  # noqa: E402
 from engine.telemetry import percentile  # noqa: E402
+from playground.replay import ReplayLog  # noqa: E402
+from playground.trace import chrome_trace  # noqa: E402
 
 SYSTEMS = {  # name -> table label
     "engine_continuous": "engine paged/continuous",
@@ -126,7 +130,9 @@ class NoiseGuard:
 
 
 # -- the engine ---------------------------------------------------------------------------------
-def run_engine(model, tokenizer, workload, args, guard: NoiseGuard, **overrides):
+def run_engine(model, tokenizer, workload, args, guard: NoiseGuard, trace=None, **overrides):
+    """`trace`: a path for the timed run's Chrome trace (playground/trace.py), and next to it
+    its replay file (`.replay.json`, playground/replay.py); None: neither."""
     config = EngineConfig(
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
@@ -138,10 +144,12 @@ def run_engine(model, tokenizer, workload, args, guard: NoiseGuard, **overrides)
     engine.generate([workload[0][0][:8]], warm)  # warmup
     records = {}  # step -> StepRecord of the timed run
     results = {}
+    log = ReplayLog()
     t0 = time.monotonic()
     for i, (prompt, max_tokens) in enumerate(workload):
         params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
         engine.add_request(str(i), prompt, params, arrival_time=t0)
+        log.submitted(str(i), 0.0, prompt, params, None, f"request {i}", 0)
     num_steps = 0
     while engine.has_unfinished_requests():
         for out in engine.step():
@@ -154,6 +162,14 @@ def run_engine(model, tokenizer, workload, args, guard: NoiseGuard, **overrides)
             guard.check()
     wall = time.monotonic() - t0
     records.update((r.step, r) for r in engine.snapshot().steps if r.start >= t0)
+    if trace is not None:  # the workload's requests (the snapshot keeps the last 256 finished)
+        timed = [r for r in engine.snapshot().requests if r.arrival >= t0]
+        Path(trace).write_text(json.dumps(chrome_trace(list(records.values()), timed)))
+        for out in results.values():
+            log.finished(out, 0.0)
+        log.replay(config, False, "bench_throughput").write(
+            Path(trace).with_name(Path(trace).name.replace(".trace.json", ".replay.json"))
+        )
     outs = [results[i] for i in range(len(workload))]
     totals = engine.snapshot().totals
     extra = {
@@ -376,22 +392,18 @@ def run_system(name, model, tokenizer, workload, args, guard: NoiseGuard) -> Run
     """Warm up and time one system; NoisyRun when `guard` sees too much CPU pressure."""
     load = os.getloadavg()[0]
     stall, start = cpu_stall_us(), time.monotonic()
+    trace = Path(args.trace_dir) / f"{name}.trace.json" if args.trace_dir else None
+    engine = functools.partial(run_engine, model, tokenizer, workload, args, guard, trace=trace)
     if name == "engine_continuous":
-        run = run_engine(model, tokenizer, workload, args, guard, scheduling_policy="continuous")
+        run = engine(scheduling_policy="continuous")
     elif name == "engine_transformers":
-        run = run_engine(
-            model, tokenizer, workload, args, guard, scheduling_policy="continuous",
-            model_impl="transformers",
-        )  # fmt: skip
+        run = engine(scheduling_policy="continuous", model_impl="transformers")
     elif name == "engine_compiled":
-        run = run_engine(
-            model, tokenizer, workload, args, guard, scheduling_policy="continuous",
-            torch_compile=True,
-        )  # fmt: skip
+        run = engine(scheduling_policy="continuous", torch_compile=True)
     elif name == "engine_static":
-        run = run_engine(model, tokenizer, workload, args, guard, scheduling_policy="static")
+        run = engine(scheduling_policy="static")
     elif name == "engine_hf_cache":
-        run = run_engine(model, tokenizer, workload, args, guard, kv_backend="hf_cache")
+        run = engine(kv_backend="hf_cache")
     elif name == "hf_generate":
         run = run_hf_batches(model, tokenizer, workload, 1, guard)
     elif name == "hf_static":
@@ -499,6 +511,12 @@ def main():
     parser.add_argument("--check", action="store_true", help="compare tokens with `generate`")
     parser.add_argument("--quick", action="store_true", help="a small smoke run")
     parser.add_argument("--output-json", default=None)
+    parser.add_argument(
+        "--trace-dir",
+        default=None,
+        help="write each engine system's run as <system>.trace.json, a Chrome trace (Perfetto), "
+        "and its workload as <system>.replay.json",
+    )
     args = parser.parse_args()
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = [s for s in systems if s not in SYSTEMS]

@@ -9,8 +9,10 @@ loop (the thread's state and loop), inbox, lanes (one or two engines), streams, 
 (BoardState), clock (pace, pause, single steps) and watchdog.
 """
 
+import json
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 from engine import (
     EngineConfig,
@@ -24,8 +26,12 @@ from playground.board import BoardState
 from playground.driver.clock import MAX_PAUSE_S, MIN_PACE, parse_pace
 from playground.driver.loop import DriverLoop
 from playground.driver.watchdog import STUCK_AFTER_S
+from playground.history import StepHistory
 from playground.limits import PublicLimits
+from playground.replay import Replay
 from playground.requests import RequestHandle, RequestRejected, preview
+from playground.rerun import ReplayWorkload
+from playground.trace import chrome_trace
 
 __all__ = [
     "MAX_PAUSE_S",
@@ -212,3 +218,40 @@ class EngineDriver:
     def inspect(self, request_id: str, timeout: float = 10.0) -> RequestDetail | None:
         """engine.inspect() run by the driver thread; blocks until it answers."""
         return self._inbox.call(lambda: self._loop.inspect(request_id), True, timeout)
+
+    # -- the run's record: rewind, trace, replay ---------------------------------------------------
+    @property
+    def history(self) -> StepHistory:
+        """The first lane's last steps (thread-safe to read): the board's rewind."""
+        return self._loop.history
+
+    def trace(self, labels: dict[str, str] | None = None, timeout: float = 30.0) -> dict:
+        """The run since the last reset as a Chrome Trace Event object (playground.trace).
+        The driver thread copies what it kept; the trace is built in the caller's thread."""
+        steps, requests = self._inbox.call(self._loop.trace.contents, True, timeout)
+        return chrome_trace(steps, requests, labels)
+
+    def replay(self, timeout: float = 30.0) -> Replay:
+        """The workload since the last reset, with the engine knobs, as a Replay."""
+        loop = self._loop
+
+        def capture() -> Replay:
+            workload = loop.workload.name if loop.workload is not None else None
+            return loop.replay_log.replay(self.config, len(loop.lanes.all) > 1, workload)
+
+        return self._inbox.call(capture, True, timeout)
+
+    def write_trace(self, path, labels: dict[str, str] | None = None) -> Path:
+        path = Path(path)
+        path.write_text(json.dumps(self.trace(labels)), encoding="utf-8")
+        return path
+
+    def write_replay(self, path) -> Path:
+        return self.replay().write(path)
+
+    def start_replay(self, replay: Replay, config: EngineConfig | None = None,
+                     compare: bool | None = None) -> None:  # fmt: skip
+        """Reset to fresh engines (`config`, default the file's knobs; compare: the file's)
+        and run the replay's requests on the fresh clock, as a workload."""
+        self.reset(config or replay.config, compare=replay.compare if compare is None else compare,
+                   workload=ReplayWorkload(replay, abort=self.abort))  # fmt: skip

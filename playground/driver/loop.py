@@ -1,8 +1,9 @@
 """DriverLoop: what the driver thread runs and the state only it touches.
 
 Between steps it runs the inbox's commands; each step steps every lane, routes the first
-lane's outputs (ledger, inspector, streams, simulated users), publishes a BoardState and
-then sleeps out the pace. EngineDriver (the package's public face) owns the thread.
+lane's outputs (ledger, inspector, streams, simulated users), keeps the run's record (the
+rewind's step history, the trace, the replay log), publishes a BoardState and then sleeps out
+the pace. EngineDriver (the package's public face) owns the thread.
 """
 
 import itertools
@@ -18,8 +19,11 @@ from playground.driver.lanes import MAIN_LANE, Lane, Lanes
 from playground.driver.publisher import Publisher
 from playground.driver.streams import Streams
 from playground.driver.watchdog import Watchdog
+from playground.history import StepHistory
 from playground.limits import in_flight_error
+from playground.replay import ReplayLog
 from playground.requests import Ledger, RequestRecord, RequestRejected, final_output, preview
+from playground.trace import TraceRecorder
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +47,9 @@ class DriverLoop:
         self.ledger = Ledger()  # the first lane's recent requests
         self.streams, self.publisher = Streams(), Publisher()
         self.workload = None  # the simulated users (playground.users.Workload)
+        # the first lane's run since the last reset: its last steps, its trace, its requests
+        self.history, self.trace, self.replay_log = StepHistory(), TraceRecorder(), ReplayLog()
+        self._remembered = 0  # the first lane's num_steps when the run was last recorded
         self._ids, self._ids_lock = itertools.count(1), threading.Lock()
         self.publish(force=True)
 
@@ -67,6 +74,8 @@ class DriverLoop:
             if max_in_flight is not None and mine >= max_in_flight:
                 raise in_flight_error(mine, max_in_flight)
             self.lanes.add(rid, prompt, params, priority)
+            self.replay_log.submitted(rid, self.clock.now(), prompt, params, owner, label,
+                                      priority)  # fmt: skip
         except Exception as exc:
             error = exc if isinstance(exc, RequestRejected) else RequestRejected.from_engine(exc)
             self.ledger.put(replace(record, finished=True, error=str(error)))
@@ -86,6 +95,10 @@ class DriverLoop:
         self.lanes, self.workload = lanes, workload
         self.ledger.clear()
         self.publisher.forget()
+        self.history.clear()
+        self.trace.clear()
+        self.replay_log.clear()
+        self._remembered = 0
         self.clock.restart()
         self.publish(force=True)
 
@@ -108,6 +121,7 @@ class DriverLoop:
             with self.watchdog.step(self.steps.num_done + 1):
                 result, failed = self.lanes.step()
             self.publisher.dirty = True
+            self._remember()
             for out in result.outputs:
                 self._route(out)
             for rid in result.failed:  # keep what was streamed so far
@@ -125,10 +139,22 @@ class DriverLoop:
     def publish(self, force: bool) -> None:
         self.publisher.publish(force, self.lanes, self.ledger, self.workload, self.clock)
 
-    def _submit_from_workload(self, prompt, params, owner: str) -> str:
+    def _remember(self) -> None:
+        """After a step of the first lane: the engine as it is now, for the run's record."""
+        lane = self.lanes.first
+        if lane.num_steps == self._remembered:
+            return
+        self._remembered = lane.num_steps
+        snap = lane.engine.snapshot()
+        self.history.record(snap, self.workload.views() if self.workload is not None else ())
+        self.trace.record(snap)
+
+    def _submit_from_workload(self, prompt, params, owner: str, priority: int = 0,
+                              label: str | None = None) -> str:  # fmt: skip
         rid = self.next_id()
+        label = preview(prompt) if label is None else label
         try:
-            self.add_request(rid, owner, prompt, preview(prompt), params, 0, None)
+            self.add_request(rid, owner, prompt, label, params, priority, None)
         except RequestRejected:
             self.workload.on_rejected(rid, self.clock.now())
         return rid
@@ -136,6 +162,8 @@ class DriverLoop:
     def _route(self, out: RequestOutput) -> None:
         """An output of the first lane: to the ledger, the inspector, its stream, the users."""
         self.ledger.update(out, self.lanes.first.step)
+        if out.finished:
+            self.replay_log.finished(out, self.clock.now())
         self.publisher.touched(out.request_id)
         self.streams.deliver(out)
         if self.workload is not None:

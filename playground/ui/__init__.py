@@ -18,6 +18,7 @@ from playground.scenarios import DEFAULT_SCENARIO, SCENARIOS
 from playground.seat import Seat
 from playground.ui.callbacks import TICK_S, BoardCallbacks, TickOutputs
 from playground.ui.controls import Controls, build_controls, scenario_knobs
+from playground.ui.rewind import RewindBar, TracePanel, build_rewind, build_traces
 from playground.ui.sections import (
     INTRO,
     Refresh,
@@ -51,6 +52,7 @@ def build_ui(driver: EngineDriver, seat: Seat | None = None) -> gr.Blocks:
         refresh = build_refresh(TICK_S)
         remote = is_remote(driver.state())  # a remote server's engine knobs are its own
         top = build_top(REMOTE_INTRO if remote else INTRO)
+        rewind = build_rewind()
         with gr.Row(equal_height=False):
             k0 = scenario_knobs(driver, SCENARIOS[DEFAULT_SCENARIO])
             controls = build_controls(driver, k0, engine_knobs=not remote)
@@ -60,25 +62,28 @@ def build_ui(driver: EngineDriver, seat: Seat | None = None) -> gr.Blocks:
                 board = build_board(first)
                 stops = build_stops()
         tabs = build_tabs()
-        _wire_refresh(demo, callbacks, refresh, top, board, tabs, compare, controls)
+        traces = build_traces()
+        _wire_refresh(demo, callbacks, refresh, top, board, tabs, compare, controls, rewind)
         _wire_controls(demo, callbacks, controls, tabs, lesson)
         _wire_story(callbacks, refresh, lesson, compare, stops)
+        _wire_rewind(callbacks, rewind, traces, refresh, top, board, tabs, controls)
     return demo
 
 
 def _wire_refresh(demo, cb: BoardCallbacks, refresh: Refresh, top: Top, board, tabs: Tabs,
-                  compare: CompareSection, c: Controls):  # fmt: skip
+                  compare: CompareSection, c: Controls, rewind: RewindBar):  # fmt: skip
     r = refresh
     outputs = list(TickOutputs(r.version, r.chart_version, r.compare_version, r.charts_at,
                                r.timer, top.alert, top.stats, board, tabs.log, tabs.inspector,
                                compare.scoreboard, c.seat, c.role))  # fmt: skip
     hidden = dict(show_progress="hidden", queue=False, **PRIVATE)
-    inputs = [r.version, r.chart_version, r.charts_at, tabs.inspect_rid, r.timer, c.role, c.seat]
+    inputs = [r.version, r.chart_version, r.charts_at, tabs.inspect_rid, r.timer, c.role, c.seat,
+              rewind.at]  # fmt: skip
     r.timer.tick(cb.tick, inputs, outputs, **hidden)
     demo.load(cb.arrive, inputs, outputs, **hidden)
     c.role.change(cb.show_role, c.role, [c.pause, *c.drive, c.seat_button], **hidden)
-    r.chart_version.change(cb.redraw_charts, [r.chart_version, r.sent], [r.sent, r.figures],
-                           **hidden)  # fmt: skip
+    r.chart_version.change(cb.redraw_charts, [r.chart_version, r.sent],
+                           [r.sent, r.figures, rewind.slider], **hidden)  # fmt: skip
     r.compare_version.change(cb.redraw_compare, [r.compare_version, r.sent_compare],
                              [r.sent_compare, r.compare_figures], **hidden)  # fmt: skip
     draw = load_asset("charts.js")
@@ -123,3 +128,19 @@ def _wire_controls(demo, cb: BoardCallbacks, c: Controls, tabs: Tabs, lesson: Le
     tabs.refresh_ids.click(cb.list_requests, None, tabs.inspect_rid, **p)
     tabs.inspector_tab.select(cb.list_requests, None, tabs.inspect_rid, **p)
     tabs.inspect_rid.change(cb.inspect_request, tabs.inspect_rid, tabs.inspector, **p)
+
+
+def _wire_rewind(board_cb: BoardCallbacks, rb: RewindBar, tp: TracePanel, r: Refresh, top: Top,
+                 board, tabs: Tabs, c: Controls):  # fmt: skip
+    """This session's view of an earlier step, and the run's files. Running a replay resets
+    the shared engine: a control action, the seat's (BoardCallbacks.run_replay)."""
+    cb = board_cb.replays
+    hidden = dict(show_progress="hidden", queue=False, **PRIVATE)
+    shown = [rb.at, rb.note, top.stats, board, tabs.log, r.figures, r.sent]
+    rb.slider.input(cb.show_step, rb.slider, shown, trigger_mode="always_last", **hidden)
+    rb.back.click(cb.step_back, [rb.at, rb.slider], [rb.slider, *shown], **hidden)
+    rb.forward.click(cb.step_forward, [rb.at, rb.slider], [rb.slider, *shown], **hidden)
+    rb.live.click(cb.go_live, None, [rb.at, rb.note, rb.slider, top.stats, board, tabs.log,
+                                     r.figures, r.sent], **hidden)  # fmt: skip
+    tp.export.click(cb.export, None, tp.files, **PRIVATE)
+    tp.run.click(board_cb.run_replay, [tp.upload, tp.mode], [tp.status, c.pause], **PRIVATE)

@@ -31,6 +31,7 @@ from playground.seat import PRESENTER_PARAM, Role, Seat, SeatView
 from playground.seat_banner import refusal, render_seat, seat_button
 from playground.stop_reasons import render_stop_panel
 from playground.ui.controls import NUM_DRIVE_CONTROLS, Knobs, note, scenario_knobs
+from playground.ui.rewind import RewindCallbacks, slider_update
 from playground.ui.story import MAX_ANSWERS
 from playground.views import FigureCache, board_values, chart_values, compare_values
 
@@ -76,6 +77,7 @@ class BoardCallbacks:
         self.driver = driver
         self.seat = seat or Seat(on_handover=driver.resume)
         self.cache = FigureCache()
+        self.replays = RewindCallbacks(driver, self.cache)  # the rewind bar and the run's files
         self.audience = Audience()
 
     # -- who may ask -----------------------------------------------------------------------
@@ -102,20 +104,23 @@ class BoardCallbacks:
 
     # -- refresh ---------------------------------------------------------------------------
     def arrive(self, seen, charts_seen, last_charts, rid, every, role, banner,
-               request: gr.Request):  # fmt: skip
+               request: gr.Request, rewound=None):  # fmt: skip
         """The page's load event: the session becomes a visitor of the board (a presenter
         if its URL carries the presenter key), then its first tick."""
         key = dict(request.query_params or {}).get(PRESENTER_PARAM)
         self.seat.arrive(request.session_hash, time.monotonic(), key)
-        return self.tick(seen, charts_seen, last_charts, rid, every, role, banner, request)
+        return self.tick(seen, charts_seen, last_charts, rid, every, role, banner, request,
+                         rewound)  # fmt: skip
 
-    def tick(self, seen, charts_seen, last_charts, rid, every, role, banner, request: gr.Request):
+    def tick(self, seen, charts_seen, last_charts, rid, every, role, banner, request: gr.Request,
+             rewound=None):  # fmt: skip
         """Cheap: never waits for the driver. The text comes with the tick; the charts
         come through chart_version's change event, at most every CHART_INTERVAL_S. Both
         come more rarely while many people watch (see Audience): the timer's interval
         is part of the answer. The seat banner and the role key come when they differ from
         what the page shows (`role`, `banner`: the page's own values, so a late answer
-        can never leave the page out of date)."""
+        can never leave the page out of date). While this session looks at an earlier step
+        (`rewound`), the board is left as it is."""
         state, now = self.driver.state(), time.monotonic()
         session = request.session_hash
         self.seat.seen(session, now)
@@ -123,13 +128,15 @@ class BoardCallbacks:
         running = "paused" if state.paused else "running"
         role_now = f"{view.role.value}:{running}"
         banner_now = render_seat(view, state.paused_until, now)
-        changed = state.version != seen
+        changed = state.version != seen and rewound is None
         warning = cards.render_alert(self.driver.stuck_for()) or render_banner(state)
         if not warning and not changed:
             warning = gr.skip()  # nothing shown (the last new version cleared it)
         slowdown = self.audience.slowdown(request.session_hash, now)
-        due = state.version != charts_seen and now - (last_charts or 0) >= (
-            CHART_INTERVAL_S * slowdown
+        due = (
+            rewound is None
+            and state.version != charts_seen
+            and now - (last_charts or 0) >= (CHART_INTERVAL_S * slowdown)
         )
         interval = round(TICK_S * slowdown, 2)
         skip = gr.skip()
@@ -170,7 +177,10 @@ class BoardCallbacks:
         return [pause, *updates, gr.update(value=button or "", visible=button is not None)]
 
     def redraw_charts(self, _version, charts_sent: dict):
-        return chart_values(self.driver.state(), self.cache, charts_sent)
+        """The charts the session lacks, and the rewind slider over the steps kept."""
+        state = self.driver.state()
+        return [*chart_values(state, self.cache, charts_sent),
+                slider_update(self.driver.history.steps())]  # fmt: skip
 
     def redraw_compare(self, _version, charts_sent: dict):
         return compare_values(self.driver.state(), self.cache, charts_sent)
@@ -278,6 +288,12 @@ class BoardCallbacks:
             self.driver.set_pace(value)
         except ValueError as exc:
             warn(str(exc))
+
+    def run_replay(self, path, mode: str, request: gr.Request):
+        """An uploaded replay file runs on the shared engine (a reset): the seat's to do."""
+        if not self._drives(request):
+            return gr.skip(), gr.skip()
+        return self.replays.run_replay(path, mode)
 
     def toggle_seat(self, request: gr.Request):
         """The seat button: take, give up, queue, leave the queue (the next tick shows it)."""

@@ -86,7 +86,7 @@ class Page:
         return self.banner
 
     def _refresh(self, name: str) -> None:
-        r = self.call(name, -1, -1, None, None, 0.25, self.role, self.banner)
+        r = self.call(name, -1, -1, None, None, 0.25, self.role, self.banner, None)  # live
         assert r.status_code == 200, r.text
         banner, role = r.json()["data"][-2:]  # TickOutputs: strings, or updates (skip)
         self.banner = banner if isinstance(banner, str) else self.banner

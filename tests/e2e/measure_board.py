@@ -100,7 +100,7 @@ class Pollers:
         charts_at, every = None, TICK_S  # as the page keeps them: last chart redraw, timer
         while not self.stop.is_set():
             t0 = time.perf_counter()
-            inputs = [seen, charts_seen, charts_at, None, every, "", ""]  # role, seat banner
+            inputs = [seen, charts_seen, charts_at, None, every, "", "", None]  # role, banner, live
             text, charts, _, at, interval, *_ = self._post(session, self.tick, inputs)
             if isinstance(text, int | float):
                 seen = text

@@ -1,0 +1,49 @@
+"""The rewind bar: one session sees an earlier step; the tick leaves its board alone."""
+
+import json
+
+import gradio as gr
+
+from playground.ui import build_ui
+from playground.ui.rewind import RewindCallbacks
+from playground.views import FigureCache
+from tests.playground.driving import fixed, settled
+
+
+def test_a_session_rewinds_to_an_earlier_step_and_comes_back(driver):
+    handles = [driver.submit(f"prompt {i}", fixed(16), owner=f"user:u{i}") for i in range(3)]
+    finals = {h.request_id: h.result(timeout=60).text for h in handles}
+    settled(driver, lambda s: all(r.finished for r in s.records))
+    cb, request = RewindCallbacks(driver, FigureCache()), gr.Request(session_hash="s")
+    oldest, newest = driver.history.steps()
+    step = newest - 8
+    at, note, _stats, board, log, figures, sent = cb.show_step(step, request)
+    assert at == step and f"step {step}" in note and sent == {}
+    assert log.index(f"step {step} ") < log.index(f"step {step - 1} ")  # newest line first
+    assert f"step {step + 1} " not in log
+    charts = json.loads(figures)
+    assert charts["kv"]["layout"]["title"]["text"].startswith(f"KV blocks after step {step}")
+    assert charts["batch"]["layout"]["shapes"][0]["x0"] == step
+    assert max(charts["batch"]["data"][0]["x"]) == step
+    frame, _ = driver.history.frame(step)
+    for r in frame.requests:  # each card shows the text of then, shorter than the final one
+        assert finals[r.request_id].startswith(r.text)
+    assert any(len(r.text) < len(finals[r.request_id]) for r in frame.requests)
+    assert any(r.text and r.text in board for r in frame.requests if r.text.isprintable())
+    assert driver.is_paused is False  # rewinding never paused the shared engine
+
+    demo = build_ui(driver)
+    tick = next(f.fn for f in demo.fns.values() if f.name == "tick")
+    out = tick(-1, -1, 0.0, None, 0.25, request, at)
+    assert out.board == gr.skip() and out.chart_version == gr.skip()
+    live = cb.go_live(request)
+    assert live[0] is None and live[2].value == newest and "Live" in live[1]
+
+
+def test_the_charts_still_come_once_the_text_was_seen_unless_rewound(driver):
+    demo = build_ui(driver)
+    tick = next(f.fn for f in demo.fns.values() if f.name == "tick")
+    request = gr.Request(session_hash="t")
+    version = tick(-1, -1, 0.0, None, 0.25, request).version
+    assert tick(version, -1, 0.0, None, 0.25, request).chart_version == version
+    assert tick(version, -1, 0.0, None, 0.25, request, 3).chart_version == gr.skip()
