@@ -34,7 +34,7 @@ def test_a_session_rewinds_to_an_earlier_step_and_comes_back(driver):
 
     demo = build_ui(driver)
     tick = next(f.fn for f in demo.fns.values() if f.name == "tick")
-    out = tick(-1, -1, 0.0, None, 0.25, request, at)
+    out = tick(-1, -1, 0.0, None, 0.25, "", "", request, at)
     assert out.board == gr.skip() and out.chart_version == gr.skip()
     live = cb.go_live(request)
     assert live[0] is None and live[2].value == newest and "Live" in live[1]
@@ -44,6 +44,6 @@ def test_the_charts_still_come_once_the_text_was_seen_unless_rewound(driver):
     demo = build_ui(driver)
     tick = next(f.fn for f in demo.fns.values() if f.name == "tick")
     request = gr.Request(session_hash="t")
-    version = tick(-1, -1, 0.0, None, 0.25, request).version
-    assert tick(version, -1, 0.0, None, 0.25, request).chart_version == version
-    assert tick(version, -1, 0.0, None, 0.25, request, 3).chart_version == gr.skip()
+    version = tick(-1, -1, 0.0, None, 0.25, "", "", request).version
+    assert tick(version, -1, 0.0, None, 0.25, "", "", request).chart_version == version
+    assert tick(version, -1, 0.0, None, 0.25, "", "", request, 3).chart_version == gr.skip()
