@@ -26,7 +26,8 @@ SLIDER_MAX = "() => parseInt(document.querySelector('#pg-rewind input[type=range
 
 def test_scrub_back_20_steps_then_download_the_trace(page, tmp_path):
     page.wait_for_selector("#pg-board .pg-cards", timeout=60_000)
-    page.get_by_role("button", name="Chat burst").click()
+    page.get_by_role("button", name="Chat burst").click()  # it asks its question first
+    page.click("#pg-lesson-skip")
     page.wait_for_function(f"() => ({SLIDER_MAX})() >= 40", timeout=180_000)
     page.click("#pg-pause")  # the visitor's own pause: the board stands still for the checks
     page.wait_for_timeout(1500)  # the last redraw lands
