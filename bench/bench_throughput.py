@@ -377,19 +377,19 @@ def run_system(name, model, tokenizer, workload, args, guard: NoiseGuard) -> Run
     load = os.getloadavg()[0]
     stall, start = cpu_stall_us(), time.monotonic()
     if name == "engine_continuous":
-        run = run_engine(model, tokenizer, workload, args, guard, scheduling_policy="continuous")
+        run = run_engine(model, tokenizer, workload, args, guard, batching="continuous")
     elif name == "engine_transformers":
         run = run_engine(
-            model, tokenizer, workload, args, guard, scheduling_policy="continuous",
+            model, tokenizer, workload, args, guard, batching="continuous",
             model_impl="transformers",
         )  # fmt: skip
     elif name == "engine_compiled":
         run = run_engine(
-            model, tokenizer, workload, args, guard, scheduling_policy="continuous",
+            model, tokenizer, workload, args, guard, batching="continuous",
             torch_compile=True,
         )  # fmt: skip
     elif name == "engine_static":
-        run = run_engine(model, tokenizer, workload, args, guard, scheduling_policy="static")
+        run = run_engine(model, tokenizer, workload, args, guard, batching="static")
     elif name == "engine_hf_cache":
         run = run_engine(model, tokenizer, workload, args, guard, kv_backend="hf_cache")
     elif name == "hf_generate":

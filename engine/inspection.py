@@ -87,6 +87,7 @@ def build_snapshot(engine) -> EngineSnapshot:
         kv_blocks_cached=bm.num_cached_blocks,
         block_size=bm.block_size,
         kv_backend=c.kv_backend,
+        batching=c.batching,
         scheduling_policy=c.scheduling_policy,
         max_num_seqs=c.max_num_seqs,
         max_num_batched_tokens=c.max_num_batched_tokens,

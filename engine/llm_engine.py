@@ -126,7 +126,13 @@ class LLMEngine:
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
         if isinstance(priority, bool) or not isinstance(priority, int):
-            raise ValueError(f"priority must be an int, got {priority!r}")
+            raise FieldError("priority", f"priority must be an int, got {priority!r}")
+        if priority != 0 and self.config.scheduling_policy != "priority":
+            raise FieldError(
+                "priority",
+                f"priority {priority} needs scheduling_policy='priority' (this engine runs "
+                f"{self.config.scheduling_policy!r})",
+            )
         if params.n > self.config.max_num_seqs:  # all n completions decode in one batch
             raise ValueError(
                 f"n must be an integer in [1, {self.config.max_num_seqs}] (at most "
@@ -144,7 +150,7 @@ class LLMEngine:
         group.seqs.append(seq)
         self.groups[request_id] = group
         self._group_of[seq.seq_id] = group
-        self.scheduler.add(seq, priority)
+        self.scheduler.add(seq, priority, arrival)
 
     def abort_request(self, request_id: str) -> bool:
         """Finish a live request with CANCELLED (its output comes with the next step())."""
@@ -331,7 +337,7 @@ class LLMEngine:
         self.runner.fork(parent, forked)
         group.seqs.append(forked)
         self._group_of[forked.seq_id] = group
-        self.scheduler.add_running(forked, group.priority)
+        self.scheduler.add_running(forked, parent)
         return forked
 
     def _release(self, seq: Sequence) -> None:

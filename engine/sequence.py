@@ -69,6 +69,9 @@ class Sequence:
         self.num_computed_tokens = 0  # tokens whose K/V sit in the cache
         self.num_cached_tokens = 0  # of those, found in the prefix cache at admission
         self.num_preemptions = 0
+        # The request's id for its beams (beam search): they are admitted, scheduled and
+        # preempted together. None for every other sequence.
+        self.beam_group: int | None = None
         self.logprobs: list[dict] | None = [] if params.logprobs is not None else None
         self.clock = clock or StepClock()
         self.status_history: list[tuple[SequenceStatus, int]] = [(self.status, self.clock.step)]
@@ -168,6 +171,7 @@ class Sequence:
             child.logprobs = list(self.logprobs)
         child.num_computed_tokens = self.num_computed_tokens
         child.num_cached_tokens = self.num_cached_tokens
+        child.beam_group = self.beam_group
         child.set_status(self.status)
         return child
 

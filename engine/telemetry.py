@@ -91,7 +91,8 @@ class EngineSnapshot:
     kv_blocks_cached: int  # evictable prefix-cache blocks
     block_size: int
     kv_backend: str
-    scheduling_policy: str
+    batching: str  # EngineConfig.batching: "continuous" | "static"
+    scheduling_policy: str  # the waiting queue's order: "fcfs" | "priority"
     max_num_seqs: int
     max_num_batched_tokens: int
     requests: tuple[RequestState, ...]  # waiting, running, then the most recent finished

@@ -202,8 +202,8 @@ def _prepare(d: EngineDriver, body: RequestBody, model: str) -> CompletionJob:
         logprobs=top,
     )
     request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:10]}"  # OpenAI's style
-    return CompletionJob(chat, request_id, model, prompt, token_ids, params, top, body.stream,
-                         body.include_usage, int(time.time()))  # fmt: skip
+    return CompletionJob(chat, request_id, model, prompt, token_ids, params, top, body.priority,
+                         body.stream, body.include_usage, int(time.time()))  # fmt: skip
 
 
 def _param(field: str, body: RequestBody) -> str:
@@ -264,7 +264,7 @@ def _submit(d: EngineDriver, job: CompletionJob, owner: str) -> RequestHandle:
     """Hand the request to the driver (blocks until it is queued in the engine)."""
     try:
         return public.submit(d, job.prompt, job.prompt_token_ids, job.params, owner,
-                             request_id=job.request_id)  # fmt: skip
+                             request_id=job.request_id, priority=job.priority)  # fmt: skip
     except FutureTimeout:
         raise not_ready() from None
 

@@ -123,9 +123,29 @@ def token_spans(record: RequestRecord) -> str:
     return "".join(spans) + esc(text[shown:])
 
 
+def queue_notes(state: BoardState) -> dict[str, str]:
+    """request id -> 'priority 1 · waited 2.4 s' when the engine orders its queue by priority:
+    the time from arrival to first admission (so far, for one still waiting)."""
+    snap = state.snapshot
+    if snap.scheduling_policy != "priority" or not snap.steps:
+        return {}
+    now = snap.steps[-1].start + snap.steps[-1].duration
+    notes = {}
+    for r in snap.requests:
+        waited = (r.first_scheduled if r.first_scheduled is not None else now) - r.arrival
+        verb = "waited" if r.first_scheduled is not None else "waiting"
+        notes[r.request_id] = f"priority {r.priority} · {verb} {max(waited, 0.0):.1f} s"
+    return notes
+
+
+def _join(*notes: str) -> str:
+    return " · ".join(n for n in notes if n)
+
+
 def render_cards(state: BoardState, me: str | None = None) -> str:
     """The visitor's own card first, then every simulated user, then other clients."""
     live = {r.request_id: r.status for r in state.snapshot.requests}
+    queued = queue_notes(state)
     latest: dict[str, RequestRecord] = {}
     for r in state.records:  # oldest first: the last one per owner wins
         latest[r.owner or f"api:{r.request_id}"] = r
@@ -138,7 +158,9 @@ def render_cards(state: BoardState, me: str | None = None) -> str:
                 "#0f172a",
                 mine,
                 live.get(mine.request_id) if mine else None,
-                "" if mine else "Type a prompt on the left: it joins the same batch.",
+                queued.get(mine.request_id, "")
+                if mine
+                else "Type a prompt on the left: it joins the same batch.",
                 mine=True,
             )
         )
@@ -146,12 +168,15 @@ def render_cards(state: BoardState, me: str | None = None) -> str:
         rec = latest.get(u.owner)
         if rec is not None and rec.request_id != u.request_id:
             rec = None  # that request fell out of the ledger
-        note = USER_NOTES.get(u.state, "")
+        note = _join(USER_NOTES.get(u.state, ""), queued.get(u.request_id or "", ""))
         cards.append(render_card(u.name, u.colour, rec, live.get(u.request_id), note))
     users = {u.owner for u in state.users}
     others = [r for o, r in latest.items() if o != me and o not in users]
     for r in others[-MAX_OTHER_CARDS:]:
-        cards.append(render_card(owner_label(r.owner, me), "#64748b", r, live.get(r.request_id)))
+        cards.append(
+            render_card(owner_label(r.owner, me), "#64748b", r, live.get(r.request_id),
+                        queued.get(r.request_id, ""))
+        )  # fmt: skip
     return f'<div class="pg-cards">{"".join(cards)}</div>'
 
 
@@ -190,7 +215,9 @@ def render_stats(state: BoardState) -> str:
         f'<div class="pg-tile-k">{esc(k)}</div></div>'
         for k, v in tiles
     )
-    policy = " vs ".join(state.lanes) if state.compare else snap.scheduling_policy
+    policy = " vs ".join(state.lanes) if state.compare else snap.batching
+    if snap.scheduling_policy != "fcfs":
+        policy += f", {snap.scheduling_policy}"
     info = (
         f'<div class="pg-mode">{badge(mode, "paused" if state.paused else "running")}'
         f"{badge(policy, 'policy')}{badge(state.workload or 'no preset running', 'policy')}</div>"

@@ -114,6 +114,7 @@ class RequestBody(BaseModel):
     ignore_eos: bool = False  # vLLM extension
     seed: int | None = Field(None, ge=0, le=2**63 - 1)
     n: int = Field(1, ge=1, le=MAX_N)
+    priority: int = 0  # vLLM extension: lower runs first (the engine's policy "priority")
     stream: bool = False
     stream_options: dict | None = None  # {"include_usage": bool}
 
@@ -176,6 +177,7 @@ class CompletionJob:
     prompt_token_ids: list[int]
     params: SamplingParams
     num_top_logprobs: int | None  # None: no logprobs asked
+    priority: int
     stream: bool
     include_usage: bool
     created: int

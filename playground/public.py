@@ -38,6 +38,7 @@ def submit(
     params: SamplingParams,
     owner: str,
     request_id: str | None = None,
+    priority: int = 0,
 ) -> RequestHandle:
     """Queue a tokenized prompt within the public limits; blocks until the engine has it.
 
@@ -54,6 +55,7 @@ def submit(
         request_id=request_id,
         owner=owner,
         label=preview(prompt),
+        priority=priority,
         max_in_flight=driver.limits.max_in_flight,
         wait=True,
         timeout=SUBMIT_TIMEOUT_S,

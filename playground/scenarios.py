@@ -67,6 +67,12 @@ _patron = UserProfile(
     "", "", pool="library_questions", system_prompt="system_prompt", max_tokens=40,
     think_time=(0.5, 2.0),
 )  # fmt: skip
+_regular = UserProfile(
+    "", "", pool="chat", max_tokens=96, ignore_eos=True, think_time=(0.5, 1.5), priority=1
+)
+_vip = UserProfile(
+    "", "", pool="chat", max_tokens=32, think_time=(1.0, 3.0), priority=0, arrives_after=2.0
+)
 _fixed = [  # static vs continuous: one request each, lengths fixed by ignore_eos
     UserProfile("", "", pool="chat", max_tokens=m, ignore_eos=True, max_requests=1)
     for m in (96, 16, 24, 64, 8, 32, 48, 12)
@@ -128,6 +134,21 @@ SCENARIOS: dict[str, Scenario] = {
             engine_overrides={
                 "enable_prefix_caching": True,
                 "max_num_seqs": 16,
+                "max_num_batched_tokens": 256,
+            },  # fmt: skip
+        ),
+        Scenario(
+            key="vip_users",
+            title="VIP users: priority scheduling",
+            what_to_watch="Eight regular users (priority 1) fill the four seats and the queue; "
+            "two seconds later two VIPs (priority 0) arrive. Under scheduling_policy='priority' "
+            "each VIP preempts the running regular with the largest (priority, arrival) and "
+            "starts at once; the regulars wait longer: see their waiting times on the cards.",
+            users=[_regular] * 8 + [_vip] * 2,
+            num_users=10,
+            engine_overrides={
+                "scheduling_policy": "priority",
+                "max_num_seqs": 4,
                 "max_num_batched_tokens": 256,
             },  # fmt: skip
         ),

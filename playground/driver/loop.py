@@ -113,10 +113,10 @@ class DriverLoop:
     def publish(self, force: bool) -> None:
         self.publisher.publish(force, self.lanes, self.ledger, self.workload, self.clock)
 
-    def _submit_from_workload(self, prompt, params, owner: str) -> str:
+    def _submit_from_workload(self, prompt, params, owner: str, priority: int) -> str:
         rid = self.next_id()
         try:
-            self.add_request(rid, owner, prompt, preview(prompt), params, 0, None)
+            self.add_request(rid, owner, prompt, preview(prompt), params, priority, None)
         except RequestRejected:
             self.workload.on_rejected(rid, self.clock.now())
         return rid

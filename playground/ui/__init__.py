@@ -70,7 +70,8 @@ def _wire_controls(demo, cb: BoardCallbacks, c: Controls, tabs: Tabs):
         button.click(lambda key=key: cb.start_preset(key), None, [*knobs, c.note, c.pause])
     c.pause.click(cb.toggle_pause, None, c.pause)
     c.step.click(cb.single_step, None, c.pause)
-    engine_knobs = [c.knobs.policy, c.knobs.budget, c.knobs.max_seqs, c.knobs.kv_blocks]
+    k = c.knobs
+    engine_knobs = [k.batching, k.queue, k.budget, k.max_seqs, k.kv_blocks]
     c.reset.click(cb.reset_board, engine_knobs, c.pause)
     c.pace.change(cb.set_pace, c.pace, None)
     sampling = list(c.sampling)

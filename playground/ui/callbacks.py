@@ -44,10 +44,11 @@ class TickOutputs(NamedTuple):
     scoreboard: object
 
 
-def with_knobs(cfg: EngineConfig, policy, budget, max_seqs, kv_blocks) -> EngineConfig:
+def with_knobs(cfg: EngineConfig, batching, queue, budget, max_seqs, kv_blocks) -> EngineConfig:
     """`cfg` with the board's engine knobs; ValueError (from EngineConfig) naming a bad one."""
-    return replace(cfg, scheduling_policy=policy, max_num_batched_tokens=int(budget),
-                   max_num_seqs=int(max_seqs), num_kv_blocks=int(kv_blocks))  # fmt: skip
+    return replace(cfg, batching=batching, scheduling_policy=queue,
+                   max_num_batched_tokens=int(budget), max_num_seqs=int(max_seqs),
+                   num_kv_blocks=int(kv_blocks))  # fmt: skip
 
 
 def warn(message: str) -> str:
@@ -109,10 +110,11 @@ class BoardCallbacks:
         sc = SCENARIOS[key]
         return [*scenario_knobs(self.driver, sc)[1:], note(sc)]
 
-    def start(self, key, num_users, arrival, rate, policy, compare, budget, max_seqs, kv_blocks):
+    def start(self, key, num_users, arrival, rate, batching, queue, compare, budget, max_seqs,
+              kv_blocks):  # fmt: skip
         sc = SCENARIOS[key]
         try:
-            cfg = with_knobs(sc.engine_config(self.driver.base_config), policy, budget,
+            cfg = with_knobs(sc.engine_config(self.driver.base_config), batching, queue, budget,
                              max_seqs, kv_blocks)  # fmt: skip
             workload = sc.workload(int(num_users), arrival, float(rate),
                                    seed=random.randrange(2**31))  # fmt: skip
@@ -142,10 +144,10 @@ class BoardCallbacks:
         self.driver.step_once(timeout=30)
         return gr.Button("Resume")
 
-    def reset_board(self, policy, budget, max_seqs, kv_blocks):
+    def reset_board(self, batching, queue, budget, max_seqs, kv_blocks):
         try:
-            self.driver.reset(with_knobs(self.driver.base_config, policy, budget, max_seqs,
-                                         kv_blocks))  # fmt: skip
+            self.driver.reset(with_knobs(self.driver.base_config, batching, queue, budget,
+                                         max_seqs, kv_blocks))  # fmt: skip
         except ValueError as exc:
             warn(f"{KNOBS_REFUSED}: {exc}")
             return gr.skip()

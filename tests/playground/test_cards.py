@@ -58,6 +58,17 @@ def test_visitor_tokens_show_top_alternatives_on_hover():
     assert cards.token_spans(done).count('class="pg-tok"') == 1
 
 
+def test_under_priority_the_cards_show_each_requests_priority_and_waiting_time():
+    board = busy_board(num_users=2, num_steps=5)  # the last step ends at 0.5 + 0.05 s
+    snap = board.snapshot
+    waiting = replace(snap.requests[1], status="waiting", priority=3, first_scheduled=None)
+    snap = replace(snap, scheduling_policy="priority", requests=(snap.requests[0], waiting))
+    html = cards.render_cards(replace(board, snapshots={"main": snap}))
+    assert "priority 0 · waited 0.1 s" in html  # req-0: arrived at 0.0, admitted at 0.1
+    assert "priority 3 · waiting 0.5 s" in html  # req-1: arrived at 0.05, still waiting
+    assert "priority" not in cards.render_cards(board)  # fcfs: nothing to say
+
+
 def test_narrated_step_log():
     steps = [
         step(
