@@ -152,7 +152,7 @@ class Scheduler:
     def _plan_admission(self, unit: list[Sequence], budget: int, static: bool, chunked: bool):
         """(seq, num_new_tokens, computed_blocks) for each sequence of `unit` if all of them
         can be admitted now, else None."""
-        bm, plan, needed = self.block_manager, [], 0
+        bm, plan, needed, revived = self.block_manager, [], 0, set()
         for seq in unit:
             computed = bm.get_computed_blocks(seq)
             num_uncomputed = seq.num_tokens - len(computed) * bm.block_size
@@ -161,6 +161,9 @@ class Scheduler:
                 return None
             reserve = num_uncomputed if static else num_new  # static admits whole prompts
             needed += bm.num_blocks_needed(seq, reserve, computed)
+            cached = {b for b in computed if bm.blocks[b].ref_count == 0}
+            needed -= len(cached & revived)  # beams share their cached prefix: revived once
+            revived |= cached
             plan.append((seq, num_new, computed))
             budget -= num_new
         return plan if self._can_reserve(needed) else None

@@ -60,6 +60,9 @@ class RequestState:
     first_token: float | None
     finished: float | None
     block_table: tuple[int, ...]  # first completion's KV blocks
+    beam_width: int = 1
+    beams: tuple[tuple[int, str, float], ...] = ()  # live beams: (beam id, text, cumulative
+    # logprob), best first, while a beam search runs
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from engine import SamplingParams, StopReason
-from engine.sampling_params import MAX_LOGPROBS, MAX_N
+from engine.sampling_params import MAX_BEAM_WIDTH, MAX_LOGPROBS, MAX_N
 
 FINISH_REASONS = {  # engine StopReason -> OpenAI finish_reason
     StopReason.EOS: "stop",
@@ -163,6 +163,29 @@ class ChatCompletionRequest(RequestBody):
 class CompletionRequest(RequestBody):
     prompt: str | list[int] | list[str] | list[list[int]]
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    # vLLM's beam search extension: best_of (default n) beams, the n best returned
+    use_beam_search: bool = False
+    best_of: int | None = Field(None, ge=1, le=MAX_BEAM_WIDTH)
+    length_penalty: float = 1.0
+
+    def check(self) -> None:
+        super().check()
+        if not self.use_beam_search and self.best_of not in (None, self.n):
+            message = "best_of other than n is only supported with use_beam_search"
+            raise APIError(400, message, param="best_of", code="unsupported_parameter")
+        if self.use_beam_search and (self.best_of or self.n) < 2:
+            message = "best_of must be >= 2 with use_beam_search (the number of beams; default n)"
+            raise APIError(400, message, param="best_of")
+
+    def beam_fields(self) -> dict:
+        """The SamplingParams fields of the beam search extension (temperature 0 unless
+        the client set one, which beam search then refuses)."""
+        if not self.use_beam_search:
+            return {"length_penalty": self.length_penalty}
+        fields = {"beam_width": self.best_of or self.n, "length_penalty": self.length_penalty}
+        if "temperature" not in self.model_fields_set:
+            fields["temperature"] = 0.0
+        return fields
 
 
 # -- OpenAI response objects
