@@ -71,6 +71,7 @@ def render_card(
     live_status: str | None,
     note: str = "",
     mine: bool = False,
+    beams: tuple = (),
 ) -> str:
     head = (
         f'<div class="pg-card-head"><span class="pg-dot" style="background:{esc(colour)}"></span>'
@@ -96,9 +97,25 @@ def render_card(
     foot = f"{record.num_output_tokens} tokens{ttft}" + (f" · {esc(note)}" if note else "")
     return (
         f'<div class="pg-card{" pg-mine" if mine else ""}" style="--pg-colour:{esc(colour)}">'
-        f'{head}{prompt}<div class="pg-text">{text_html}{cursor}</div>'
+        f'{head}{prompt}<div class="pg-text">{text_html}{cursor}</div>{beam_list(beams)}'
         f'<div class="pg-foot">{foot}</div></div>'
     )
+
+
+def beam_list(beams) -> str:
+    """A running beam search's live beams, best first: id, cumulative logprob, text's tail."""
+    if not beams:
+        return ""
+    rows = "".join(
+        f'<div class="pg-beam"><b>beam {beam}</b> <span class="pg-muted">{logprob:.2f}</span> '
+        f"{esc(text[-80:])}</div>"
+        for beam, text, logprob in beams
+    )
+    return f'<div class="pg-beams">{rows}</div>'
+
+
+def live_beams(state: BoardState) -> dict[str, tuple]:
+    return {r.request_id: r.beams for r in state.snapshot.requests if r.beams}
 
 
 def token_spans(record: RequestRecord) -> str:
@@ -145,7 +162,7 @@ def _join(*notes: str) -> str:
 def render_cards(state: BoardState, me: str | None = None) -> str:
     """The visitor's own card first, then every simulated user, then other clients."""
     live = {r.request_id: r.status for r in state.snapshot.requests}
-    queued = queue_notes(state)
+    queued, beams = queue_notes(state), live_beams(state)
     latest: dict[str, RequestRecord] = {}
     for r in state.records:  # oldest first: the last one per owner wins
         latest[r.owner or f"api:{r.request_id}"] = r
@@ -169,13 +186,14 @@ def render_cards(state: BoardState, me: str | None = None) -> str:
         if rec is not None and rec.request_id != u.request_id:
             rec = None  # that request fell out of the ledger
         note = _join(USER_NOTES.get(u.state, ""), queued.get(u.request_id or "", ""))
-        cards.append(render_card(u.name, u.colour, rec, live.get(u.request_id), note))
+        cards.append(render_card(u.name, u.colour, rec, live.get(u.request_id), note,
+                                 beams=beams.get(u.request_id or "", ())))  # fmt: skip
     users = {u.owner for u in state.users}
     others = [r for o, r in latest.items() if o != me and o not in users]
     for r in others[-MAX_OTHER_CARDS:]:
         cards.append(
             render_card(owner_label(r.owner, me), "#64748b", r, live.get(r.request_id),
-                        queued.get(r.request_id, ""))
+                        queued.get(r.request_id, ""), beams=beams.get(r.request_id, ()))
         )  # fmt: skip
     return f'<div class="pg-cards">{"".join(cards)}</div>'
 
@@ -251,6 +269,8 @@ def narrate_steps(steps, labels: dict[str, str] | None = None) -> list[str]:
                 parts.append(f"{who} finished: {e.detail}")
             elif e.kind == "aborted":
                 parts.append(f"{who} aborted")
+            elif e.kind == "beams":  # "forked beam 3 from 1, pruned 2"
+                parts.append(f"{who} {e.detail}")
             else:
                 parts.append(f"{who} {e.kind} {e.detail}".strip())
         if rec.num_decode_tokens:

@@ -73,6 +73,7 @@ _regular = UserProfile(
 _vip = UserProfile(
     "", "", pool="chat", max_tokens=32, think_time=(1.0, 3.0), priority=0, arrives_after=2.0
 )
+_beamer = UserProfile("", "", pool="chat", max_tokens=40, beam_width=4, think_time=(1.0, 3.0))
 _fixed = [  # static vs continuous: one request each, lengths fixed by ignore_eos
     UserProfile("", "", pool="chat", max_tokens=m, ignore_eos=True, max_requests=1)
     for m in (96, 16, 24, 64, 8, 32, 48, 12)
@@ -150,6 +151,23 @@ SCENARIOS: dict[str, Scenario] = {
                 "scheduling_policy": "priority",
                 "max_num_seqs": 4,
                 "max_num_batched_tokens": 256,
+            },  # fmt: skip
+        ),
+        Scenario(
+            key="beam_search",
+            title="Beam search: shared blocks",
+            what_to_watch="Three users ask for beam search (4 beams each) next to three chats. "
+            "Each beam is a sequence forked from its parent: it shares every full KV block "
+            "(dark cells in the block map) and copies only the partly filled last one; the "
+            "step log says which beams forked and which were pruned (their blocks freed at "
+            "once), and each beam user's card lists its live beams.",
+            users=[_beamer, _chatty],
+            num_users=6,
+            engine_overrides={
+                "max_num_seqs": 24,
+                "max_num_batched_tokens": 256,
+                "block_size": 8,
+                "num_kv_blocks": 256,
             },  # fmt: skip
         ),
         Scenario(

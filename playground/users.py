@@ -59,6 +59,7 @@ class UserProfile:
     cancel_after: int | None = None  # aborts on purpose once this many tokens streamed
     max_requests: int | None = None  # None = keep going until the workload stops
     priority: int = 0  # lower runs first, on an engine with scheduling_policy="priority"
+    beam_width: int = 1  # >= 2: beam search (greedy, the best beam returned)
     arrives_after: float = 0.0  # seconds added to the arrival process's first time
 
     def make_prompt(self, rng: random.Random) -> list[dict]:
@@ -68,6 +69,11 @@ class UserProfile:
         return messages
 
     def make_params(self, rng: random.Random) -> SamplingParams:
+        if self.beam_width > 1:
+            return SamplingParams(
+                max_tokens=self.max_tokens, temperature=0.0, beam_width=self.beam_width,
+                ignore_eos=self.ignore_eos,
+            )  # fmt: skip
         return SamplingParams(
             max_tokens=self.max_tokens,
             temperature=self.temperature,

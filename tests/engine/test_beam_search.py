@@ -79,13 +79,22 @@ def eos_for(reference, tokenizer, prompts) -> list[int]:
     return [2, first[2]]
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen2", "qwen3"])
-def eos_pair(request, tokenizer):
+def make_eos_pair(arch, tokenizer):
     """A fresh tiny pair (the engine reads the EOS ids from its model's generation config)."""
-    model, reference = make_tiny_pair(request.param, seed=1)
+    model, reference = make_tiny_pair(arch, seed=1)
     eos = eos_for(reference, tokenizer, PROMPTS)
     model.generation_config.eos_token_id = eos
     return model, reference, eos
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2", "qwen3"])
+def eos_pair(request, tokenizer):
+    return make_eos_pair(request.param, tokenizer)
+
+
+@pytest.fixture(scope="module")
+def llama_eos_pair(tokenizer):
+    return make_eos_pair("llama", tokenizer)
 
 
 def capture_schedules(engine) -> list:
@@ -139,8 +148,8 @@ def test_beams_equal_generate_mixed_with_greedy_and_sampled_requests(eos_pair, t
     assert_no_leak(engine)
 
 
-def test_every_case_on_one_model_including_the_stopping_rule(eos_pair, tokenizer):
-    model, reference, eos = eos_pair
+def test_every_case_on_one_model_including_the_stopping_rule(llama_eos_pair, tokenizer):
+    model, reference, eos = llama_eos_pair
     engine = make_engine(model, tokenizer)
     checker, reasons = BeamChecker(reference), set()
     for case in BEAM_CASES:

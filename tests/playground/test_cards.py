@@ -69,6 +69,17 @@ def test_under_priority_the_cards_show_each_requests_priority_and_waiting_time()
     assert "priority" not in cards.render_cards(board)  # fcfs: nothing to say
 
 
+def test_a_beam_search_card_lists_its_live_beams():
+    board = busy_board(num_users=2, num_steps=5)
+    snap = board.snapshot
+    beams = ((3, "the best <beam>", -1.5), (5, "a second one", -2.25))
+    snap = replace(snap, requests=(replace(snap.requests[0], beam_width=2, beams=beams),
+                                   snap.requests[1]))  # fmt: skip
+    html = cards.render_cards(replace(board, snapshots={"main": snap}))
+    assert "<b>beam 3</b>" in html and "-2.25" in html and "the best &lt;beam&gt;" in html
+    assert "pg-beams" not in cards.render_cards(board)
+
+
 def test_narrated_step_log():
     steps = [
         step(
@@ -97,6 +108,10 @@ def test_narrated_step_log():
     )
     assert "req-7 prefill done (183/183 tokens, 3 chunks)" in lines[2]
     assert "req-5 preempted" in lines[2]
+    beams = cards.narrate_steps(
+        [step(44, events=[("beams", "req-7", "forked beam 3 from 1, pruned 2")])]
+    )
+    assert beams == ["step 44 (50 ms): req-7 forked beam 3 from 1, pruned 2"]
     assert cards.narrate_steps([step(1)]) == ["step 1 (50 ms): nothing to do"]
 
 

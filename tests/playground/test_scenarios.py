@@ -268,6 +268,21 @@ def test_vip_users_arrive_into_a_full_engine_and_jump_the_queue(make_engine):
     assert all(vip_wait < (r.first_scheduled or float("inf")) - r.arrival for r in still_waiting)
 
 
+def test_beam_search_preset_forks_prunes_and_shows_its_beams(make_engine):
+    seen_beams = []
+
+    def beams_done(engine, workload):
+        seen_beams.extend(r.beams for r in engine.snapshot().requests if r.beams)
+        return any(r.beam_width == 4 and r.status == "finished" for r in engine.snapshot().requests)
+
+    engine, _, n = run_preset(make_engine, "beam_search", 300, beams_done)
+    snap = engine.snapshot()
+    assert any(r.beam_width == 4 and r.status == "finished" for r in snap.requests), n
+    details = [e.detail for s in snap.steps for e in s.events if e.kind == "beams"]
+    assert any("forked beam" in d for d in details) and any("pruned" in d for d in details)
+    assert any(len(b) == 4 for b in seen_beams)  # a card had four live beams to show
+
+
 def test_a_preset_knob_must_be_an_engine_config_field():
     with pytest.raises(ValueError, match="engine_overrides: 'kv_blocks'"):
         Scenario("x", "X", "", UserProfile("a", "#000"), engine_overrides={"kv_blocks": 8})
