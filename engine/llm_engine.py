@@ -295,7 +295,8 @@ class LLMEngine:
         now = time.monotonic()
         num_generated = len(seqs)
         if seqs:
-            picked = logits if len(rows) == logits.shape[0] else logits[self._rows(rows, logits)]
+            whole = rows == list(range(logits.shape[0]))  # else beams' rows or forks' repeats
+            picked = logits if whole else logits[self._rows(rows, logits)]
             for seq, (token_id, logprobs) in zip(seqs, self.sampler(picked, seqs), strict=True):
                 group = self._group_of[seq.seq_id]
                 touched[group.request_id] = group

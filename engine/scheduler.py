@@ -223,6 +223,8 @@ class Scheduler:
             if (done := scheduled.pop(s.seq_id, None)) is not None:
                 out.scheduled.remove(done)
                 refund += done.num_new_tokens
+                held = set(s.block_table)  # its copy-on-write copies: their blocks go back
+                out.blocks_to_copy = [(a, b) for a, b in out.blocks_to_copy if b not in held]
             self.running.remove(s)
             self.block_manager.free(s)
             s.preempt()
