@@ -10,7 +10,7 @@ CHROMIUM := /usr/bin/chromium
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup chromium test test-api-fuzz lint format run bench bench-scaling bench-vllm lock
+.PHONY: setup chromium test test-api-fuzz lint format run bench bench-scaling bench-beam bench-vllm lock
 
 # What `make test` needs. run and bench need only the venv: chromium is for the e2e tests.
 setup: $(STAMP) chromium
@@ -63,6 +63,9 @@ bench: $(STAMP)
 
 bench-scaling: $(STAMP)
 	$(PY) bench/bench_scaling.py --plot-dir bench
+
+bench-beam: $(STAMP)  # beam search: the engine against transformers generate(num_beams=4)
+	$(PY) bench/bench_beam.py --output-json bench/results_beam.json
 
 # The peer, vLLM's CPU build, in a venv of its own: it needs transformers<5.20. It pulls
 # torchvision / torchaudio / torchcodec, which fail to import beside this torch: vLLM's text

@@ -28,7 +28,7 @@ import uvicorn  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
 
 from engine import EngineConfig, LLMEngine  # noqa: E402
-from engine.config import MODEL_IMPLS  # noqa: E402
+from engine.config import BATCHING, MODEL_IMPLS, SCHEDULING_POLICIES  # noqa: E402
 from playground.api import refuse_other_methods, register_api  # noqa: E402
 from playground.driver import MAX_PAUSE_S, MIN_PACE, STUCK_AFTER_S, EngineDriver  # noqa: E402
 from playground.driver.clock import parse_pace  # noqa: E402
@@ -79,7 +79,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument("--block-size", type=int, default=None)
     p.add_argument("--max-model-len", type=int, default=None)
-    p.add_argument("--scheduling-policy", choices=["continuous", "static"], default=None)
+    p.add_argument("--batching", choices=list(BATCHING), default=None)
+    p.add_argument(
+        "--scheduling-policy",
+        choices=list(SCHEDULING_POLICIES),
+        default=None,
+        help="fcfs (default): arrival order; priority: lower priority values first",
+    )
     p.add_argument("--kv-backend", choices=["paged", "hf_cache"], default=None)
     p.add_argument(
         "--model-impl",
@@ -189,6 +195,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
             "num_kv_blocks",
             "block_size",
             "max_model_len",
+            "batching",
             "scheduling_policy",
             "kv_backend",
             "model_impl",

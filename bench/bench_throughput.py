@@ -395,13 +395,13 @@ def run_system(name, model, tokenizer, workload, args, guard: NoiseGuard) -> Run
     trace = Path(args.trace_dir) / f"{name}.trace.json" if args.trace_dir else None
     engine = functools.partial(run_engine, model, tokenizer, workload, args, guard, trace=trace)
     if name == "engine_continuous":
-        run = engine(scheduling_policy="continuous")
+        run = engine(batching="continuous")
     elif name == "engine_transformers":
-        run = engine(scheduling_policy="continuous", model_impl="transformers")
+        run = engine(batching="continuous", model_impl="transformers")
     elif name == "engine_compiled":
-        run = engine(scheduling_policy="continuous", torch_compile=True)
+        run = engine(batching="continuous", torch_compile=True)
     elif name == "engine_static":
-        run = engine(scheduling_policy="static")
+        run = engine(batching="static")
     elif name == "engine_hf_cache":
         run = engine(kv_backend="hf_cache")
     elif name == "hf_generate":

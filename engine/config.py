@@ -4,7 +4,8 @@ from dataclasses import dataclass, fields
 
 from engine.validation import FieldError, check_choice, check_int
 
-SCHEDULING_POLICIES = ("continuous", "static")
+BATCHING = ("continuous", "static")
+SCHEDULING_POLICIES = ("fcfs", "priority")
 KV_BACKENDS = ("paged", "hf_cache")
 MODEL_IMPLS = ("auto", "native", "transformers")
 
@@ -16,7 +17,10 @@ class EngineConfig:
     block_size: int = 16  # tokens per KV block
     num_kv_blocks: int | None = None  # None = sized from free memory when the runner starts
     max_model_len: int | None = None  # None = the model's context window
-    scheduling_policy: str = "continuous"  # "static": admit a new batch only when none runs
+    batching: str = "continuous"  # "static": admit a new batch only when none runs
+    # the waiting queue's order: "fcfs" (arrival) or "priority" (lower first, then arrival;
+    # a waiting request may preempt running ones of a lower priority)
+    scheduling_policy: str = "fcfs"
     kv_backend: str = "paged"  # "hf_cache": one transformers DynamicCache per sequence
     enable_chunked_prefill: bool = True  # a long prompt may span several steps
     enable_prefix_caching: bool = True  # reuse full KV blocks of identical prefixes
@@ -38,6 +42,13 @@ class EngineConfig:
             check_int("num_kv_blocks", self.num_kv_blocks, low=1)
         if self.max_model_len is not None:
             check_int("max_model_len", self.max_model_len, low=2)
+        check_choice("batching", self.batching, BATCHING)
+        if self.scheduling_policy in BATCHING:  # the old meaning of the field
+            raise FieldError(
+                "scheduling_policy",
+                f"scheduling_policy must be one of {SCHEDULING_POLICIES}, got "
+                f"{self.scheduling_policy!r} (continuous / static is now batching=...)",
+            )
         check_choice("scheduling_policy", self.scheduling_policy, SCHEDULING_POLICIES)
         check_choice("kv_backend", self.kv_backend, KV_BACKENDS)
         check_choice("model_impl", self.model_impl, MODEL_IMPLS)

@@ -45,19 +45,23 @@ class RequestDetail:
 
 def request_output(group: SequenceGroup) -> RequestOutput:
     """The request's RequestOutput now; hands out each completion's pending delta."""
-    completions = []
-    for seq in group.seqs:
-        delta = seq.detokenizer.take_delta(seq.is_finished)
-        completions.append(
-            CompletionOutput(
-                index=seq.index,
-                text=seq.detokenizer.sent_text,
-                token_ids=list(seq.output_token_ids),
-                delta=delta,
-                stop_reason=seq.stop_reason,
-                logprobs=None if seq.logprobs is None else list(seq.logprobs),
+    if group.beams is not None:
+        completions = beam_completions(group)
+    else:
+        completions = []
+        for seq in group.seqs:
+            delta = seq.detokenizer.take_delta(seq.is_finished)
+            completions.append(
+                CompletionOutput(
+                    index=seq.index,
+                    text=seq.detokenizer.sent_text,
+                    token_ids=list(seq.output_token_ids),
+                    delta=delta,
+                    stop_reason=seq.stop_reason,
+                    logprobs=None if seq.logprobs is None else list(seq.logprobs),
+                    cumulative_logprob=None if seq.logprobs is None else seq.cumulative_logprob,
+                )
             )
-        )
     return RequestOutput(
         request_id=group.request_id,
         prompt=group.prompt,
@@ -71,8 +75,8 @@ def request_output(group: SequenceGroup) -> RequestOutput:
             finished=group.finished_time,
             num_prompt_tokens=len(group.prompt_token_ids),
             num_cached_tokens=group.num_cached_tokens,
-            num_generated_tokens=sum(s.num_output_tokens for s in group.seqs),
-            num_preemptions=sum(s.num_preemptions for s in group.seqs),
+            num_generated_tokens=num_generated_tokens(group),
+            num_preemptions=num_preemptions(group),
             num_recomputed_tokens=sum(s.preemptions.num_recomputed_tokens for s in group.seqs),
             preemption_time_lost=_time_lost(group, time.monotonic()),
         ),
@@ -81,6 +85,46 @@ def request_output(group: SequenceGroup) -> RequestOutput:
 
 def _time_lost(group: SequenceGroup, now: float) -> float:
     return sum(s.preemptions.time_lost(now) for s in group.seqs if s.preemptions.events)
+
+
+def beam_completions(group: SequenceGroup) -> list[CompletionOutput]:
+    """The n best finished hypotheses once the search is done; until then the n best live
+    beams (their text may still change: a beam's text is sent whole, as the delta of the
+    request's last output)."""
+    n, finished = group.params.n, group.is_finished
+    if group.beams.done:
+        picks = [
+            (list(h.token_ids), h.text, h.stop_reason, h.cumulative_logprob)
+            for h in group.beams.best(n)
+        ]
+    else:  # running, or ended early (cancelled, timed out, failed): the live beams
+        picks = [
+            (list(s.output_token_ids), s.detokenizer.text, s.stop_reason, s.cumulative_logprob)
+            for s in group.seqs[:n]
+        ]
+    return [
+        CompletionOutput(i, text, token_ids, text if finished else "", reason, None, cumulative)
+        for i, (token_ids, text, reason, cumulative) in enumerate(picks)
+    ]
+
+
+def group_stop_reasons(group: SequenceGroup) -> list[str]:
+    """The stop reason of each of a finished request's completions."""
+    if group.beams is not None and group.beams.done:
+        return [h.stop_reason.value for h in group.beams.best(group.params.n)]
+    return [s.stop_reason.value for s in group.seqs[: group.params.n]]
+
+
+def num_generated_tokens(group: SequenceGroup) -> int:
+    if group.beams is not None:
+        return group.beams.num_generated
+    return sum(s.num_output_tokens for s in group.seqs)
+
+
+def num_preemptions(group: SequenceGroup) -> int:
+    if group.beams is not None:
+        return group.beams.num_preemptions
+    return sum(s.num_preemptions for s in group.seqs)
 
 
 def build_snapshot(engine) -> EngineSnapshot:
@@ -99,6 +143,7 @@ def build_snapshot(engine) -> EngineSnapshot:
         kv_blocks_cached=bm.num_cached_blocks,
         block_size=bm.block_size,
         kv_backend=c.kv_backend,
+        batching=c.batching,
         scheduling_policy=c.scheduling_policy,
         max_num_seqs=c.max_num_seqs,
         max_num_batched_tokens=c.max_num_batched_tokens,
@@ -115,33 +160,44 @@ def build_snapshot(engine) -> EngineSnapshot:
 
 
 def request_state(group: SequenceGroup, now: float | None = None) -> RequestState:
-    seq = group.seqs[0]
     finished = group.is_finished
+    seq = group.seqs[0] if group.seqs else None  # None: a beam search that is done
     now = time.monotonic() if now is None else now
     waiting = next((s.waiting_reason for s in group.seqs if s.waiting_reason is not None), None)
     spans = tuple(span for s in group.seqs for span in s.preemptions.spans(now))
+    if group.beams is not None:
+        first = beam_completions(group)[0]
+        stop_reason, text, num_output = first.stop_reason, first.text, len(first.token_ids)
+    else:
+        stop_reason, num_output = seq.stop_reason, seq.num_output_tokens
+        text = seq.detokenizer.text if finished else seq.detokenizer.sent_text
+    beams = ()
+    if group.beams is not None and not finished:
+        beams = tuple((s.index, s.detokenizer.text, s.cumulative_logprob) for s in group.seqs)
     return RequestState(
         request_id=group.request_id,
         status=group.status.value,
-        stop_reason=seq.stop_reason.value if seq.stop_reason else None,
+        stop_reason=stop_reason.value if stop_reason else None,
         priority=group.priority,
         num_prompt_tokens=len(group.prompt_token_ids),
-        num_output_tokens=seq.num_output_tokens,
-        num_computed_tokens=seq.num_computed_tokens,
+        num_output_tokens=num_output,
+        num_computed_tokens=seq.num_computed_tokens if seq else len(group.prompt_token_ids),
         num_cached_tokens=group.num_cached_tokens,
-        num_preemptions=sum(s.num_preemptions for s in group.seqs),
+        num_preemptions=num_preemptions(group),
         n=group.params.n,
-        text=seq.detokenizer.text if finished else seq.detokenizer.sent_text,
+        text=text,
         arrival=group.arrival_time,
         first_scheduled=group.first_scheduled_time,
         first_token=group.first_token_time,
         finished=group.finished_time,
-        block_table=tuple(seq.block_table),
+        block_table=tuple(seq.block_table) if seq else (),
         max_tokens=group.params.max_tokens,
         waiting_reason=waiting.value if waiting is not None else None,
         num_recomputed_tokens=sum(s.preemptions.num_recomputed_tokens for s in group.seqs),
         preemption_time_lost=sum(b - a for a, b in spans),
         preempted_spans=spans,
+        beam_width=group.params.beam_width,
+        beams=beams,
     )
 
 

@@ -10,11 +10,18 @@ from collections import Counter, deque
 import torch
 
 from engine.attention import ATTN_IMPLEMENTATION, register, unsupported_reason
+from engine.beam_search import BeamSearch
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.detokenizer import IncrementalDetokenizer
 from engine.hf_cache_runner import HFCacheRunner
-from engine.inspection import build_snapshot, request_detail, request_output, request_state
+from engine.inspection import (
+    build_snapshot,
+    group_stop_reasons,
+    request_detail,
+    request_output,
+    request_state,
+)
 from engine.model_runner import ModelRunner, auto_num_kv_blocks
 from engine.native_model import unsupported_reason as native_unsupported_reason
 from engine.outputs import RequestOutput
@@ -22,7 +29,7 @@ from engine.request_input import tokenize_prompt
 from engine.sampler import Sampler
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler, SchedulerOutputs
-from engine.sequence import Sequence, SequenceGroup, StepClock, StopReason
+from engine.sequence import Sequence, SequenceGroup, SequenceStatus, StepClock, StopReason
 from engine.telemetry import EngineSnapshot, RequestState, StepEvent, StepRecord, Telemetry
 from engine.validation import FieldError
 from engine.waiting import WaitingReason
@@ -126,26 +133,49 @@ class LLMEngine:
         params = SamplingParams() if params is None else params
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise ValueError(f"priority must be an int, got {priority!r}")
-        if params.n > self.config.max_num_seqs:  # all n completions decode in one batch
-            raise ValueError(
-                f"n must be an integer in [1, {self.config.max_num_seqs}] (at most "
-                f"max_num_seqs={self.config.max_num_seqs}), got {params.n}"
-            )
+        self._check_request(params, priority)
         if len(self.scheduler.waiting) >= self.config.max_waiting:
             raise QueueFullError(
                 f"the waiting queue is full (max_waiting={self.config.max_waiting}); retry later"
             )
         prompt_text, token_ids = tokenize_prompt(self.tokenizer, prompt)
-        self._check_fits(token_ids)
+        self._check_fits(token_ids, params)
         arrival = time.monotonic() if arrival_time is None else arrival_time
         group = SequenceGroup(request_id, prompt_text, token_ids, params, arrival, priority)
         seq = self._new_sequence(group, 0)
         group.seqs.append(seq)
+        if params.use_beam_search:
+            group.beams = BeamSearch(
+                params, self.eos_token_ids, self.config.max_model_len, self._decode
+            )
+            seq.beam_group = seq.seq_id
         self.groups[request_id] = group
         self._group_of[seq.seq_id] = group
-        self.scheduler.add(seq, priority)
+        self.scheduler.add(seq, priority, arrival)
+
+    def _check_request(self, params: SamplingParams, priority) -> None:
+        c = self.config
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise FieldError("priority", f"priority must be an int, got {priority!r}")
+        if priority != 0 and c.scheduling_policy != "priority":
+            raise FieldError(
+                "priority",
+                f"priority {priority} needs scheduling_policy='priority' (this engine runs "
+                f"{c.scheduling_policy!r})",
+            )
+        name = "beam_width" if params.use_beam_search else "n"
+        if params.num_seqs > c.max_num_seqs:  # all of them decode in one batch
+            raise FieldError(
+                name,
+                f"{name} must be an integer in [1, {c.max_num_seqs}] (at most "
+                f"max_num_seqs={c.max_num_seqs}), got {params.num_seqs}",
+            )
+        if params.use_beam_search and c.kv_backend != "paged":
+            raise FieldError(
+                "beam_width",
+                f"beam_width > 1 (beam search) needs kv_backend='paged', where beams share KV "
+                f"blocks; this engine runs {c.kv_backend!r}",
+            )
 
     def abort_request(self, request_id: str) -> bool:
         """Finish a live request with CANCELLED (its output comes with the next step())."""
@@ -256,41 +286,100 @@ class LLMEngine:
                 detail = f"{seq.num_computed_tokens}/{seq.num_tokens} tokens"
                 events.append(StepEvent(done, group.request_id, detail))
         rows, seqs = [], []
+        beam_rows: dict[str, list[tuple[int, Sequence]]] = {}  # request id -> (row, beam)
         for row, s in enumerate(sampled):
             group = self._group_of[s.seq.seq_id]
+            if group.beams is not None:
+                beam_rows.setdefault(group.request_id, []).append((row, s.seq))
+                continue
             rows.append(row)
             seqs.append(s.seq)
             if group.needs_fork and s.seq.num_output_tokens == 0:
                 for index in range(len(group.seqs), group.params.n):
                     rows.append(row)
                     seqs.append(self._fork(group, s.seq, index))
-        if not seqs:
-            return 0, []
-        if len(rows) != logits.shape[0]:
-            logits = logits[torch.tensor(rows, device=logits.device)]
         touched: dict[str, SequenceGroup] = {}
         now = time.monotonic()
-        for seq, (token_id, logprobs) in zip(seqs, self.sampler(logits, seqs), strict=True):
-            group = self._group_of[seq.seq_id]
-            touched[group.request_id] = group
-            if group.first_token_time is None:
-                group.first_token_time = now
-            if seq.append_token(token_id, logprobs) is not None:
-                self._release(seq)
+        num_generated = len(seqs)
+        if seqs:
+            whole = rows == list(range(logits.shape[0]))  # else beams' rows or forks' repeats
+            picked = logits if whole else logits[self._rows(rows, logits)]
+            for seq, (token_id, logprobs) in zip(seqs, self.sampler(picked, seqs), strict=True):
+                group = self._group_of[seq.seq_id]
+                touched[group.request_id] = group
+                if group.first_token_time is None:
+                    group.first_token_time = now
+                if seq.append_token(token_id, logprobs) is not None:
+                    self._release(seq)
+        for request_id, pairs in beam_rows.items():
+            group = self.groups[request_id]
+            if self._beam_step(group, pairs, logits, events):
+                touched[request_id] = group
+                num_generated += len(pairs)
+                if group.first_token_time is None:
+                    group.first_token_time = now
         for group in touched.values():
             if group.is_finished:
-                for seq in group.seqs:
-                    events.append(StepEvent("finished", group.request_id, seq.stop_reason.value))
-        return len(seqs), list(touched.values())
+                for reason in group_stop_reasons(group):
+                    events.append(StepEvent("finished", group.request_id, reason))
+        return num_generated, list(touched.values())
+
+    def _decode(self, token_ids: list[int]) -> str:
+        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
+    def _rows(self, rows: list[int], logits: torch.Tensor) -> torch.Tensor:
+        return torch.tensor(rows, device=logits.device)
+
+    def _beam_step(self, group: SequenceGroup, pairs, logits, events) -> bool:
+        """Advance a beam search by one token: fork, prune and extend its beams. False (and
+        nothing done) while some beam is still being recomputed: the beams that are ready
+        give their last token back, to compute it again with the others next step."""
+        row_of = {seq.seq_id: row for row, seq in pairs}
+        beams = list(group.seqs)  # _fork appends to group.seqs
+        if any(b.seq_id not in row_of for b in beams):
+            for _, seq in pairs:
+                seq.num_computed_tokens -= 1
+            return False
+        rows = [row_of[b.seq_id] for b in beams]
+        candidates = group.beams.step(beams, logits[self._rows(rows, logits)])
+        extended, forked, kept = set(), [], []
+        for c in candidates:  # forks first: they copy the parent before it is extended
+            if c.parent.seq_id in extended:
+                child = self._fork(group, c.parent, group.beams.new_beam_id())
+                forked.append((child.index, c.parent.index))
+                kept.append((child, c))
+            else:
+                extended.add(c.parent.seq_id)
+                kept.append((c.parent, c))
+        pruned = [b for b in beams if b.seq_id not in extended]
+        for seq in pruned:
+            seq.set_status(SequenceStatus.FINISHED)  # no stop reason: not a completion
+            self._release(seq)
+            del self._group_of[seq.seq_id]
+        for seq, c in kept:
+            assert seq.append_token(c.token_id) is None, "a live beam never stops"
+            seq.cumulative_logprob = c.cumulative_logprob
+        group.seqs = [seq for seq, _ in kept]
+        if forked or pruned:
+            parts = [f"forked beam {child} from {parent}" for child, parent in forked]
+            if pruned:
+                parts.append("pruned " + ", ".join(str(b.index) for b in pruned))
+            events.append(StepEvent("beams", group.request_id, ", ".join(parts)))
+        return True
 
     def _note_scheduling(self, sched: SchedulerOutputs, events: list[StepEvent]) -> None:
         now = time.monotonic()
         for seq in self.scheduler.waiting:
             if (reason := sched.waiting_reasons.get(seq.seq_id)) is not None:
                 seq.note_waiting(reason)
+        preempted_groups = set()
         for seq in sched.preempted:
             self.runner.free(seq)
-            events.append(StepEvent("preempted", self._group_of[seq.seq_id].request_id))
+            group = self._group_of[seq.seq_id]
+            events.append(StepEvent("preempted", group.request_id))
+            if group.beams is not None and group.request_id not in preempted_groups:
+                group.beams.num_preemptions += 1
+            preempted_groups.add(group.request_id)
         for seq in sched.admitted:
             group = self._group_of[seq.seq_id]
             if group.first_scheduled_time is None:
@@ -341,7 +430,7 @@ class LLMEngine:
         self.runner.fork(parent, forked)
         group.seqs.append(forked)
         self._group_of[forked.seq_id] = group
-        self.scheduler.add_running(forked, group.priority)
+        self.scheduler.add_running(forked, parent)
         return forked
 
     def _release(self, seq: Sequence) -> None:
@@ -368,11 +457,22 @@ class LLMEngine:
             del self._group_of[seq.seq_id]
         self.finished.append(group)
         self.finished_states.append(request_state(group))
-        self.telemetry.record_finished(output.metrics, [s.stop_reason.value for s in group.seqs])
+        self.telemetry.record_finished(output.metrics, group_stop_reasons(group))
         return output
 
-    def _check_fits(self, token_ids: list[int]) -> None:
+    def _check_fits(self, token_ids: list[int], params: SamplingParams) -> None:
         c = self.config
+        if params.use_beam_search:  # preempted beams are recomputed each with its own blocks
+            length = min(len(token_ids) + params.max_tokens, c.max_model_len)
+            needed = params.beam_width * -(-length // c.block_size)
+            if needed > c.num_kv_blocks:
+                raise FieldError(
+                    "beam_width",
+                    f"beam_width={params.beam_width} with a {len(token_ids)}-token prompt and "
+                    f"max_tokens={params.max_tokens} may need {needed} KV blocks (every beam "
+                    f"recomputed on its own after a preemption); the pool has "
+                    f"{c.num_kv_blocks}: use fewer beams or tokens",
+                )
         if len(token_ids) >= c.max_model_len:
             raise ValueError(
                 f"prompt has {len(token_ids)} tokens; max_model_len is {c.max_model_len} (the "

@@ -49,6 +49,9 @@ class CompletionOutput:
     delta: str  # text added since the previous RequestOutput of this request
     stop_reason: StopReason | None
     logprobs: list[dict[int, Logprob]] | None = None  # per token: sampled + top alternatives
+    # sum of the tokens' logprobs: a beam's score before the length penalty (None unless
+    # beam search or logprobs)
+    cumulative_logprob: float | None = None
 
     @property
     def finished(self) -> bool:

@@ -8,6 +8,7 @@ from engine.validation import FieldError, check_int
 MAX_STOP_STRINGS = 64  # each one is searched in every new piece of text
 MAX_STOP_STRING_LEN = 256
 MAX_N = 16
+MAX_BEAM_WIDTH = 16
 MAX_TOKENS = 2**31 - 1  # beyond any context window; a request stops at its model's anyway
 MAX_LOGPROBS = 20
 GREEDY_BELOW = 1e-5  # temperatures under this are greedy
@@ -29,6 +30,10 @@ class SamplingParams:
     seed: int | None = None  # same seed -> same tokens, whatever else shares the batch
     logprobs: int | None = None  # top alternatives reported per generated token
     timeout_s: float | None = None  # finish with TIMEOUT this long after arrival
+    # beam search (k >= 2): k beams, the n best hypotheses returned, scored as transformers'
+    # generate(num_beams=k, do_sample=False): cumulative logprob / generated length ** penalty
+    beam_width: int = 1
+    length_penalty: float = 1.0
 
     def __post_init__(self):
         self.stop = [self.stop] if isinstance(self.stop, str) else _as_list("stop", self.stop)
@@ -70,6 +75,48 @@ class SamplingParams:
             _check_float("timeout_s", self.timeout_s, 0.0, None, "> 0")
             if self.timeout_s == 0.0:
                 raise FieldError("timeout_s", "timeout_s must be > 0, got 0.0")
+        check_int("beam_width", self.beam_width, 1, MAX_BEAM_WIDTH)
+        _check_float("length_penalty", self.length_penalty, -math.inf, None, "")
+        if self.use_beam_search:
+            self._check_beam_search()
+        elif self.length_penalty != 1.0:
+            raise FieldError(
+                "length_penalty",
+                f"length_penalty only applies to beam search (beam_width >= 2), got "
+                f"{self.length_penalty} with beam_width=1",
+            )
+
+    def _check_beam_search(self) -> None:
+        """Beams are deterministic: refuse the fields that would sample or cannot apply."""
+        k = self.beam_width
+        if self.n > k:
+            raise FieldError("n", f"n must be <= beam_width ({k}) with beam search, got {self.n}")
+        if self.temperature != 0.0:
+            raise FieldError(
+                "temperature", f"temperature must be 0 with beam search, got {self.temperature}"
+            )
+        unused = {
+            "top_k": (self.top_k, 0), "top_p": (self.top_p, 1.0), "min_p": (self.min_p, 0.0),
+            "seed": (self.seed, None), "repetition_penalty": (self.repetition_penalty, 1.0),
+            "logprobs": (self.logprobs, None), "stop": (self.stop, []),
+            "stop_token_ids": (self.stop_token_ids, []),
+        }  # fmt: skip
+        for name, (value, default) in unused.items():
+            if value != default:
+                raise FieldError(
+                    name,
+                    f"{name} is not supported with beam search (beam_width={k}): leave it at "
+                    f"{default!r}, got {value!r:.80}",
+                )
+
+    @property
+    def use_beam_search(self) -> bool:
+        return self.beam_width > 1
+
+    @property
+    def num_seqs(self) -> int:
+        """Sequences that decode the request at once: its beams, or its n completions."""
+        return self.beam_width if self.use_beam_search else self.n
 
     @property
     def is_greedy(self) -> bool:
@@ -79,7 +126,8 @@ class SamplingParams:
 def _check_float(name: str, value, low: float, high: float | None, rng: str) -> None:
     ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     if not ok or value < low or (high is not None and value > high):
-        raise FieldError(name, f"{name} must be a finite number {rng}, got {value!r}")
+        rng = f" {rng}" if rng else ""
+        raise FieldError(name, f"{name} must be a finite number{rng}, got {value!r}")
 
 
 def _as_list(name: str, value) -> list:

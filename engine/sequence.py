@@ -75,7 +75,11 @@ class Sequence:
         self.preemptions = PreemptionLog()  # what each preemption cost (engine/preemption.py)
         self.waiting_reason: WaitingReason | None = None  # why the last step left it waiting
         self.waiting_history: list[list] = []  # [reason, first step, last step], in order
+        # The request's id for its beams (beam search): they are admitted, scheduled and
+        # preempted together. None for every other sequence.
+        self.beam_group: int | None = None
         self.logprobs: list[dict] | None = [] if params.logprobs is not None else None
+        self.cumulative_logprob = 0.0  # of the output tokens (beams; or logprobs asked)
         self.clock = clock or StepClock()
         self.status_history: list[tuple[SequenceStatus, int]] = [(self.status, self.clock.step)]
 
@@ -106,9 +110,9 @@ class Sequence:
 
     @property
     def max_num_running_seqs(self) -> int:
-        """Seats this sequence takes in the batch: n for a prompt not yet sampled (its n - 1
-        siblings fork from it with the first token), else 1."""
-        return self.params.n if not self.output_token_ids else 1
+        """Seats this sequence takes in the batch: n (or beam_width) for a prompt not yet
+        sampled (its siblings fork from it with the first token), else 1."""
+        return self.params.num_seqs if not self.output_token_ids else 1
 
     @property
     def is_prefill(self) -> bool:
@@ -160,6 +164,7 @@ class Sequence:
         self.output_token_ids.append(token_id)
         if self.logprobs is not None and logprobs is not None:
             self.logprobs.append(logprobs)
+            self.cumulative_logprob += logprobs[token_id].logprob
         stop_string = self.detokenizer.update(self.output_token_ids)
         params = self.params
         if not params.ignore_eos and token_id in self.eos_token_ids:
@@ -182,10 +187,12 @@ class Sequence:
             self.eos_token_ids, self.max_model_len, generator, self.clock,
         )  # fmt: skip
         child.output_token_ids = list(self.output_token_ids)
+        child.cumulative_logprob = self.cumulative_logprob
         if self.logprobs is not None:
             child.logprobs = list(self.logprobs)
         child.num_computed_tokens = self.num_computed_tokens
         child.num_cached_tokens = self.num_cached_tokens
+        child.beam_group = self.beam_group
         child.set_status(self.status)
         return child
 
@@ -194,7 +201,9 @@ class SequenceGroup:
     """One request: its id, prompt, params and arrival, and the n sequences decoding it.
 
     It starts with one sequence; the other n - 1 are forked from it once its prompt is
-    computed, so all n share the prompt's KV blocks.
+    computed, so all n share the prompt's KV blocks. Under beam search (`beams`) `seqs` are
+    the live beams, best first: they fork and are pruned every step, and the request's
+    completions are the best finished hypotheses.
     """
 
     def __init__(
@@ -217,14 +226,15 @@ class SequenceGroup:
         self.first_token_time: float | None = None
         self.finished_time: float | None = None
         self.num_cached_tokens = 0  # prompt tokens served by the prefix cache at first admission
+        self.beams = None  # BeamSearch (engine/beam_search.py) when params.use_beam_search
 
     @property
     def is_finished(self) -> bool:
-        return all(s.is_finished for s in self.seqs)
+        return all(s.is_finished for s in self.seqs)  # a finished beam search keeps none
 
     @property
     def needs_fork(self) -> bool:
-        return len(self.seqs) < self.params.n
+        return self.beams is None and len(self.seqs) < self.params.n
 
     def get_unfinished_seqs(self) -> list[Sequence]:
         return [s for s in self.seqs if not s.is_finished]

@@ -67,6 +67,9 @@ class RequestState:
     num_recomputed_tokens: int = 0  # computed again after preemptions (all completions)
     preemption_time_lost: float = 0.0  # seconds its preemptions delayed it (so far)
     preempted_spans: tuple[tuple[float, float], ...] = ()  # (start, end) of each loss
+    beam_width: int = 1
+    beams: tuple[tuple[int, str, float], ...] = ()  # live beams: (beam id, text, cumulative
+    # logprob), best first, while a beam search runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +103,8 @@ class EngineSnapshot:
     kv_blocks_cached: int  # evictable prefix-cache blocks
     block_size: int
     kv_backend: str
-    scheduling_policy: str
+    batching: str  # EngineConfig.batching: "continuous" | "static"
+    scheduling_policy: str  # the waiting queue's order: "fcfs" | "priority"
     max_num_seqs: int
     max_num_batched_tokens: int
     requests: tuple[RequestState, ...]  # waiting, running, then the most recent finished

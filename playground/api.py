@@ -218,6 +218,8 @@ async def _parse(request: Request, body_cls) -> RequestBody:
         message = f"{unknown[0]}: unrecognized request argument"
         raise APIError(400, message, param=unknown[0], code="unknown_parameter")
     for name, unused in UNSUPPORTED.items():
+        if name in body_cls.model_fields:  # this route supports it (best_of: completions)
+            continue
         if data.get(name) is not None and not any(_same(data[name], u) for u in unused):
             message = f"{name} is not supported by this engine"
             raise APIError(400, message, param=name, code="unsupported_parameter")
@@ -264,9 +266,11 @@ def _prepare(d: EngineDriver, body: RequestBody, model: str) -> CompletionJob:
         top = body.top_logprobs if body.logprobs else None
     else:
         top = body.logprobs
+    fields = dict(temperature=body.temperature)
+    if not chat:
+        fields |= body.beam_fields()
     params = public.sampling_params(
         max_tokens=max_tokens,
-        temperature=body.temperature,
         top_p=body.top_p,
         top_k=max(body.top_k, 0),
         min_p=body.min_p,
@@ -277,10 +281,11 @@ def _prepare(d: EngineDriver, body: RequestBody, model: str) -> CompletionJob:
         n=body.n,
         seed=body.seed,
         logprobs=top,
+        **fields,
     )
     request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:10]}"  # OpenAI's style
-    return CompletionJob(chat, request_id, model, prompt, token_ids, params, top, body.stream,
-                         body.include_usage, int(time.time()))  # fmt: skip
+    return CompletionJob(chat, request_id, model, prompt, token_ids, params, top, body.priority,
+                         body.stream, body.include_usage, int(time.time()))  # fmt: skip
 
 
 def _param(field: str, body: RequestBody) -> str:
@@ -292,6 +297,8 @@ def _param(field: str, body: RequestBody) -> str:
         return "max_completion_tokens"
     if field == "logprobs" and chat:
         return "top_logprobs"
+    if field == "beam_width":
+        return "best_of" if getattr(body, "best_of", None) else "n"
     return field
 
 
@@ -337,7 +344,7 @@ def _submit(d: EngineDriver, job: CompletionJob, owner: str) -> RequestHandle:
     """Hand the request to the driver (blocks until it is queued in the engine)."""
     try:
         return public.submit(d, job.prompt, job.prompt_token_ids, job.params, owner,
-                             request_id=job.request_id)  # fmt: skip
+                             request_id=job.request_id, priority=job.priority)  # fmt: skip
     except FutureTimeout:
         raise not_ready() from None
 

@@ -9,7 +9,7 @@ from playground.requests import RequestRecord
 @dataclass(frozen=True, slots=True)
 class LaneStats:
     name: str
-    policy: str
+    batching: str  # the lane engine's EngineConfig.batching
     num_submitted: int
     num_finished: int
     num_steps: int  # steps that did work since the last reset

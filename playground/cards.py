@@ -77,6 +77,7 @@ def render_card(
     note: str = "",
     mine: bool = False,
     live=None,
+    beams: tuple = (),
 ) -> str:
     """`live`: the engine's RequestState of the request (waiting reason, preemption cost)."""
     head = (
@@ -105,9 +106,25 @@ def render_card(
     cost_html = f'<div class="pg-cost">⟲ {esc(cost)}</div>' if cost else ""
     return (
         f'<div class="pg-card{" pg-mine" if mine else ""}" style="--pg-colour:{esc(colour)}">'
-        f'{head}{prompt}<div class="pg-text">{text_html}{cursor}</div>'
+        f'{head}{prompt}<div class="pg-text">{text_html}{cursor}</div>{beam_list(beams)}'
         f'{cost_html}<div class="pg-foot">{foot}</div></div>'
     )
+
+
+def beam_list(beams) -> str:
+    """A running beam search's live beams, best first: id, cumulative logprob, text's tail."""
+    if not beams:
+        return ""
+    rows = "".join(
+        f'<div class="pg-beam"><b>beam {beam}</b> <span class="pg-muted">{logprob:.2f}</span> '
+        f"{esc(text[-80:])}</div>"
+        for beam, text, logprob in beams
+    )
+    return f'<div class="pg-beams">{rows}</div>'
+
+
+def live_beams(state: BoardState) -> dict[str, tuple]:
+    return {r.request_id: r.beams for r in state.snapshot.requests if r.beams}
 
 
 def token_spans(record: RequestRecord) -> str:
@@ -132,14 +149,36 @@ def token_spans(record: RequestRecord) -> str:
     return "".join(spans) + esc(text[shown:])
 
 
+def queue_notes(state: BoardState) -> dict[str, str]:
+    """request id -> 'priority 1 · waited 2.4 s' when the engine orders its queue by priority:
+    the time from arrival to first admission (so far, for one still waiting)."""
+    snap = state.snapshot
+    if snap.scheduling_policy != "priority" or not snap.steps:
+        return {}
+    now = snap.steps[-1].start + snap.steps[-1].duration
+    notes = {}
+    for r in snap.requests:
+        waited = (r.first_scheduled if r.first_scheduled is not None else now) - r.arrival
+        verb = "waited" if r.first_scheduled is not None else "waiting"
+        notes[r.request_id] = f"priority {r.priority} · {verb} {max(waited, 0.0):.1f} s"
+    return notes
+
+
+def _join(*notes: str) -> str:
+    return " · ".join(n for n in notes if n)
+
+
 def render_cards(state: BoardState, me: str | None = None) -> str:
     """The visitor's own card first, then every simulated user, then other clients."""
     live = {r.request_id: r for r in state.snapshot.requests}
+    queued, beams = queue_notes(state), live_beams(state)
 
     def card(name, colour, rec, note="", mine=False):
         now = live.get(rec.request_id) if rec else None
         status = now.status if now else None
-        return render_card(name, colour, rec, status, note, mine=mine, live=now)
+        rid = rec.request_id if rec else ""
+        return render_card(name, colour, rec, status, _join(note, queued.get(rid, "")), mine=mine,
+                           live=now, beams=beams.get(rid, ()))  # fmt: skip
 
     latest: dict[str, RequestRecord] = {}
     for r in state.records:  # oldest first: the last one per owner wins
@@ -199,7 +238,9 @@ def render_stats(state: BoardState) -> str:
         f'<div class="pg-tile-k">{esc(k)}</div></div>'
         for k, v in tiles
     )
-    policy = " vs ".join(state.lanes) if state.compare else snap.scheduling_policy
+    policy = " vs ".join(state.lanes) if state.compare else snap.batching
+    if snap.scheduling_policy != "fcfs":
+        policy += f", {snap.scheduling_policy}"
     info = (
         f'<div class="pg-mode">{badge(mode, "paused" if state.paused else "running")}'
         f"{badge(policy, 'policy')}{badge(state.workload or 'no preset running', 'policy')}</div>"
@@ -233,6 +274,8 @@ def narrate_steps(steps, labels: dict[str, str] | None = None) -> list[str]:
                 parts.append(f"{who} finished: {e.detail}")
             elif e.kind == "aborted":
                 parts.append(f"{who} aborted")
+            elif e.kind == "beams":  # "forked beam 3 from 1, pruned 2"
+                parts.append(f"{who} {e.detail}")
             else:
                 parts.append(f"{who} {e.kind} {e.detail}".strip())
         if rec.num_decode_tokens:

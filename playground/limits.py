@@ -54,6 +54,10 @@ class PublicLimits:
             raise LimitExceeded("max_tokens", f"{params.max_tokens}; {allowed}")
         if params.n > self.max_n:
             raise LimitExceeded("n", f"{params.n}; this playground allows at most {self.max_n}")
+        if params.beam_width > self.max_n:  # a beam costs what a completion does
+            raise LimitExceeded(
+                "beam_width", f"{params.beam_width}; this playground allows at most {self.max_n}"
+            )
         if params.timeout_s is None and self.default_timeout_s is not None:
             params = replace(params, timeout_s=float(self.default_timeout_s))
         return params

@@ -21,7 +21,13 @@ from pydantic import (
 
 from engine import SamplingParams, StopReason
 from engine.loader import DEFAULT_HUB_ID
-from engine.sampling_params import MAX_LOGPROBS, MAX_N, MAX_STOP_STRING_LEN, MAX_STOP_STRINGS
+from engine.sampling_params import (
+    MAX_BEAM_WIDTH,
+    MAX_LOGPROBS,
+    MAX_N,
+    MAX_STOP_STRING_LEN,
+    MAX_STOP_STRINGS,
+)
 
 FINISH_REASONS = {  # engine StopReason -> finish_reason: OpenAI's values, and vLLM's "abort"
     StopReason.EOS: "stop",
@@ -137,6 +143,7 @@ class RequestBody(BaseModel):
     ignore_eos: bool = False  # vLLM extension
     seed: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
     n: int = Field(1, ge=1, le=MAX_N)
+    priority: int = 0  # vLLM extension: lower runs first (the engine's policy "priority")
     stream: bool = False
     stream_options: "StreamOptions | None" = None
 
@@ -203,6 +210,29 @@ class ChatCompletionRequest(RequestBody):
 class CompletionRequest(RequestBody):
     prompt: str | list[int] | list[str] | list[list[int]]
     logprobs: Annotated[int, Field(ge=0, le=MAX_LOGPROBS)] | None = None
+    # vLLM's beam search extension: best_of (default n) beams, the n best returned
+    use_beam_search: bool = False
+    best_of: Annotated[int, Field(ge=1, le=MAX_BEAM_WIDTH)] | None = None
+    length_penalty: float = 1.0
+
+    def check(self) -> None:
+        super().check()
+        if not self.use_beam_search and self.best_of not in (None, self.n):
+            message = "best_of other than n is only supported with use_beam_search"
+            raise APIError(400, message, param="best_of", code="unsupported_parameter")
+        if self.use_beam_search and (self.best_of or self.n) < 2:
+            message = "best_of must be >= 2 with use_beam_search (the number of beams; default n)"
+            raise APIError(400, message, param="best_of")
+
+    def beam_fields(self) -> dict:
+        """The SamplingParams fields of the beam search extension (temperature 0 unless
+        the client set one, which beam search then refuses)."""
+        if not self.use_beam_search:
+            return {"length_penalty": self.length_penalty}
+        fields = {"beam_width": self.best_of or self.n, "length_penalty": self.length_penalty}
+        if "temperature" not in self.model_fields_set:
+            fields["temperature"] = 0.0
+        return fields
 
 
 # -- OpenAI response objects
@@ -217,6 +247,7 @@ class CompletionJob:
     prompt_token_ids: list[int]
     params: SamplingParams
     num_top_logprobs: int | None  # None: no logprobs asked
+    priority: int
     stream: bool
     include_usage: bool
     created: int

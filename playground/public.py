@@ -41,6 +41,7 @@ def submit(
     params: SamplingParams,
     owner: str,
     request_id: str | None = None,
+    priority: int = 0,
 ) -> RequestHandle:
     """Queue a tokenized prompt within the public limits; blocks until the engine has it.
     token_ids None (a remote server's board): `prompt` is sent, and the server's own context
@@ -59,6 +60,7 @@ def submit(
         request_id=request_id,
         owner=owner,
         label=preview(prompt),
+        priority=priority,
         max_in_flight=driver.limits.max_in_flight,
         wait=True,
         timeout=SUBMIT_TIMEOUT_S,

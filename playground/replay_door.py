@@ -21,6 +21,7 @@ from playground.replay import Replay
 MAX_BOARD_REPLAY_REQUESTS = 256
 REPLAY_OWNER = "replay"
 BOARD_KNOBS = {  # EngineConfig field -> the (low, high) the board's controls allow, or None
+    "batching": None,
     "scheduling_policy": None,
     "max_num_batched_tokens": (16, 2048),
     "max_num_seqs": (1, 64),

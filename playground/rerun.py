@@ -178,7 +178,7 @@ def ab_table(results: list[RunResult]) -> str:
         return "-" if v is None else f"{v * 1000:.0f} ms"
 
     rows = [
-        ("batching", [r.config.scheduling_policy for r in results]),
+        ("batching", [r.config.batching for r in results]),
         ("requests finished", [str(len(r.outputs)) for r in results]),
         ("engine steps", [str(r.num_steps) for r in results]),
         ("wall time", [f"{r.wall_s:.2f} s" for r in results]),

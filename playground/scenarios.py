@@ -67,6 +67,13 @@ _patron = UserProfile(
     "", "", pool="library_questions", system_prompt="system_prompt", max_tokens=40,
     think_time=(0.5, 2.0),
 )  # fmt: skip
+_regular = UserProfile(
+    "", "", pool="chat", max_tokens=96, ignore_eos=True, think_time=(0.5, 1.5), priority=1
+)
+_vip = UserProfile(
+    "", "", pool="chat", max_tokens=32, think_time=(1.0, 3.0), priority=0, arrives_after=2.0
+)
+_beamer = UserProfile("", "", pool="chat", max_tokens=40, beam_width=4, think_time=(1.0, 3.0))
 _fixed = [  # static vs continuous: one request each, lengths fixed by ignore_eos
     UserProfile("", "", pool="chat", max_tokens=m, ignore_eos=True, max_requests=1)
     for m in (96, 16, 24, 64, 8, 32, 48, 12)
@@ -130,6 +137,38 @@ SCENARIOS: dict[str, Scenario] = {
                 "enable_prefix_caching": True,
                 "max_num_seqs": 16,
                 "max_num_batched_tokens": 256,
+            },  # fmt: skip
+        ),
+        Scenario(
+            key="vip_users",
+            title="VIP users: priority scheduling",
+            what_to_watch="Eight regular users (priority 1) fill the four seats and the queue; "
+            "two seconds later two VIPs (priority 0) arrive. Under scheduling_policy='priority' "
+            "each VIP preempts the running regular with the largest (priority, arrival) and "
+            "starts at once; the regulars wait longer: see their waiting times on the cards.",
+            users=[_regular] * 8 + [_vip] * 2,
+            num_users=10,
+            engine_overrides={
+                "scheduling_policy": "priority",
+                "max_num_seqs": 4,
+                "max_num_batched_tokens": 256,
+            },  # fmt: skip
+        ),
+        Scenario(
+            key="beam_search",
+            title="Beam search: shared blocks",
+            what_to_watch="Three users ask for beam search (4 beams each) next to three chats. "
+            "Each beam is a sequence forked from its parent: it shares every full KV block "
+            "(dark cells in the block map) and copies only the partly filled last one; the "
+            "step log says which beams forked and which were pruned (their blocks freed at "
+            "once), and each beam user's card lists its live beams.",
+            users=[_beamer, _chatty],
+            num_users=6,
+            engine_overrides={
+                "max_num_seqs": 24,
+                "max_num_batched_tokens": 256,
+                "block_size": 8,
+                "num_kv_blocks": 256,
             },  # fmt: skip
         ),
         Scenario(

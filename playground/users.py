@@ -58,6 +58,9 @@ class UserProfile:
     think_time: tuple[float, float] = (1.0, 3.0)  # uniform range between two requests
     cancel_after: int | None = None  # aborts on purpose once this many tokens streamed
     max_requests: int | None = None  # None = keep going until the workload stops
+    priority: int = 0  # lower runs first, on an engine with scheduling_policy="priority"
+    beam_width: int = 1  # >= 2: beam search (greedy, the best beam returned)
+    arrives_after: float = 0.0  # seconds added to the arrival process's first time
 
     def make_prompt(self, rng: random.Random) -> list[dict]:
         messages = [{"role": "user", "content": rng.choice(load_pool(self.pool))}]
@@ -66,6 +69,11 @@ class UserProfile:
         return messages
 
     def make_params(self, rng: random.Random) -> SamplingParams:
+        if self.beam_width > 1:
+            return SamplingParams(
+                max_tokens=self.max_tokens, temperature=0.0, beam_width=self.beam_width,
+                ignore_eos=self.ignore_eos,
+            )  # fmt: skip
         return SamplingParams(
             max_tokens=self.max_tokens,
             temperature=self.temperature,
@@ -150,7 +158,8 @@ class SimulatedUser:
         )  # fmt: skip
 
 
-SubmitFn = Callable[[list[dict], SamplingParams, str], str]  # (prompt, params, owner) -> id
+# (prompt, params, owner, priority) -> request id
+SubmitFn = Callable[[list[dict], SamplingParams, str, int], str]
 AbortFn = Callable[[str], None]
 
 
@@ -167,7 +176,10 @@ class Workload:
     def __post_init__(self):
         self.rng = random.Random(self.seed)
         starts = self.arrival.start_times(len(self.profiles), self.rng)
-        self.users = [SimulatedUser(p, t) for p, t in zip(self.profiles, starts, strict=True)]
+        self.users = [
+            SimulatedUser(p, t + p.arrives_after)
+            for p, t in zip(self.profiles, starts, strict=True)
+        ]
         self.by_request: dict[str, SimulatedUser] = {}
         self._views = tuple(u.view() for u in self.users)
 
@@ -184,7 +196,7 @@ class Workload:
             )
             user.cancel_sent, user.next_at, user.state = False, None, "waiting for answer"
             user.num_requests += 1
-            user.request_id = submit(prompt, params, user.owner)
+            user.request_id = submit(prompt, params, user.owner, p.priority)
             self.by_request[user.request_id] = user
             changed = True
         if changed:

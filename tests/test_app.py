@@ -17,9 +17,11 @@ def test_create_app_serves_the_board_and_healthz(driver):
 
 def test_cli_flags_map_to_engine_config(monkeypatch):
     args = app.parse_args(["--max-num-seqs", "4", "--num-kv-blocks", "64",
-                           "--scheduling-policy", "static", "--no-prefix-caching"])  # fmt: skip
+                           "--batching", "static", "--scheduling-policy", "priority",
+                           "--no-prefix-caching"])  # fmt: skip
     cfg = app.engine_config(args)
-    assert (cfg.max_num_seqs, cfg.num_kv_blocks, cfg.scheduling_policy) == (4, 64, "static")
+    assert (cfg.max_num_seqs, cfg.num_kv_blocks, cfg.batching) == (4, 64, "static")
+    assert cfg.scheduling_policy == "priority"
     assert cfg.enable_prefix_caching is False and cfg.enable_chunked_prefill is True
     assert cfg.torch_compile is False
     assert app.engine_config(app.parse_args(["--torch-compile"])).torch_compile is True

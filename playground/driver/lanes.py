@@ -15,7 +15,7 @@ from playground.board import LaneStats
 log = logging.getLogger(__name__)
 
 MAIN_LANE = "main"
-COMPARE_LANES = ("continuous", "static")  # also their scheduling policies
+COMPARE_LANES = ("continuous", "static")  # also their batching
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +78,7 @@ class Lane:
 
     def stats(self) -> LaneStats:
         return LaneStats(
-            self.name, self.engine.config.scheduling_policy, self.num_submitted,
+            self.name, self.engine.config.batching, self.num_submitted,
             self.num_finished, self.num_steps, self.busy_s, self.finish_busy_s, self.finish_step,
         )  # fmt: skip
 
@@ -92,7 +92,7 @@ class Lanes:
         """Fresh engines from `config`; compare=True: a continuous and a static one."""
         if not compare:
             return cls([Lane(MAIN_LANE, factory(config))])
-        return cls([Lane(p, factory(replace(config, scheduling_policy=p))) for p in COMPARE_LANES])
+        return cls([Lane(p, factory(replace(config, batching=p))) for p in COMPARE_LANES])
 
     @property
     def first(self) -> Lane:

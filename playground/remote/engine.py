@@ -182,6 +182,7 @@ class RemoteEngine:
             kv_blocks_cached=0,
             block_size=0,
             kv_backend="remote",
+            batching="remote",
             scheduling_policy="remote",
             max_num_seqs=0,
             max_num_batched_tokens=0,

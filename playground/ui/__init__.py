@@ -109,16 +109,16 @@ def _wire_controls(demo, cb: BoardCallbacks, c: Controls, tabs: Tabs, lesson: Le
     c.seat_button.click(cb.toggle_seat, None, None, **p)
     c.start.click(cb.start, knobs, c.pause, **p)
     buttons = [*lesson.answers, lesson.skip]
-    for key, button in c.presets.items():  # a preset asks its question; an answer starts it
-        button.click(cb.open_lesson, gr.State(key),
-                     [*knobs, c.note, lesson.lesson, lesson.panel, *buttons], **p)  # fmt: skip
     answered = [*knobs, c.note, c.pause, lesson.lesson, lesson.panel, *buttons]
+    for key, button in c.presets.items():  # a preset asks its question; an answer starts it
+        button.click(cb.open_lesson, gr.State(key), answered, **p)
     for i, button in enumerate(buttons):
         index = i if i < len(lesson.answers) else -1  # the last one skips the question
         button.click(cb.answer_lesson, [gr.State(index), lesson.lesson], answered, **p)
     c.pause.click(cb.toggle_pause, None, c.pause, **p)
     c.step.click(cb.single_step, None, c.pause, **p)
-    engine_knobs = [c.knobs.policy, c.knobs.budget, c.knobs.max_seqs, c.knobs.kv_blocks]
+    k = c.knobs
+    engine_knobs = [k.batching, k.queue, k.budget, k.max_seqs, k.kv_blocks]
     c.reset.click(cb.reset_board, engine_knobs, c.pause, **p)
     c.pace.change(cb.set_pace, c.pace, None, **p)
     sampling = list(c.sampling)

@@ -58,10 +58,11 @@ class TickOutputs(NamedTuple):
     role: object  # "<Role>:paused|running" of this session, when it changed
 
 
-def with_knobs(cfg: EngineConfig, policy, budget, max_seqs, kv_blocks) -> EngineConfig:
+def with_knobs(cfg: EngineConfig, batching, queue, budget, max_seqs, kv_blocks) -> EngineConfig:
     """`cfg` with the board's engine knobs; ValueError (from EngineConfig) naming a bad one."""
-    return replace(cfg, scheduling_policy=policy, max_num_batched_tokens=int(budget),
-                   max_num_seqs=int(max_seqs), num_kv_blocks=int(kv_blocks))  # fmt: skip
+    return replace(cfg, batching=batching, scheduling_policy=queue,
+                   max_num_batched_tokens=int(budget), max_num_seqs=int(max_seqs),
+                   num_kv_blocks=int(kv_blocks))  # fmt: skip
 
 
 def warn(message: str) -> str:
@@ -192,17 +193,18 @@ class BoardCallbacks:
         sc = SCENARIOS[key]
         return [*scenario_knobs(self.driver, sc)[1:], note(sc, is_remote(self.driver.state()))]
 
-    def start(self, key, num_users, arrival, rate, policy, compare, budget, max_seqs, kv_blocks,
-              request: gr.Request):  # fmt: skip
+    def start(self, key, num_users, arrival, rate, batching, queue, compare, budget, max_seqs,
+              kv_blocks, request: gr.Request):  # fmt: skip
         if not self._drives(request):
             return gr.skip()
-        return self._start(key, num_users, arrival, rate, policy, compare, budget, max_seqs,
-                           kv_blocks)  # fmt: skip
+        return self._start(key, num_users, arrival, rate, batching, queue, compare, budget,
+                           max_seqs, kv_blocks)  # fmt: skip
 
-    def _start(self, key, num_users, arrival, rate, policy, compare, budget, max_seqs, kv_blocks):
+    def _start(self, key, num_users, arrival, rate, batching, queue, compare, budget, max_seqs,
+               kv_blocks):  # fmt: skip
         sc = SCENARIOS[key]
         try:
-            cfg = with_knobs(sc.engine_config(self.driver.base_config), policy, budget,
+            cfg = with_knobs(sc.engine_config(self.driver.base_config), batching, queue, budget,
                              max_seqs, kv_blocks)  # fmt: skip
             workload = sc.workload(int(num_users), arrival, float(rate),
                                    seed=random.randrange(2**31))  # fmt: skip
@@ -223,20 +225,24 @@ class BoardCallbacks:
     # -- lessons: a preset asks first -------------------------------------------------------
     def open_lesson(self, key: str, request: gr.Request):
         """A preset's button: its knobs and its question, on this page only; the run starts
-        with an answer (a control action: the seat's)."""
+        with an answer (a control action: the seat's). A preset without a lesson starts at
+        once. [knobs, note, pause, lesson, panel, answer buttons, skip button]"""
         self._visitor(request)
+        if key not in LESSONS:
+            return self.answer_lesson(-1, {"key": key}, request)
         sc = SCENARIOS[key]
         panel = render_lesson(self.driver.state(), key, None)
         lesson = {"key": key, "guess": None}
-        return [*scenario_knobs(self.driver, sc), note(sc), lesson, panel, *_answer_buttons(key)]
+        return [*scenario_knobs(self.driver, sc), note(sc), gr.skip(), lesson, panel,
+                *_answer_buttons(key)]  # fmt: skip
 
     def answer_lesson(self, index: int, lesson: dict, request: gr.Request):
         """The visitor picked answer `index` (-1: skipped the question): the preset starts.
         Refused (not this session's to drive), the question stays open."""
         key = (lesson or {}).get("key")
-        if not self._drives(request) or key not in LESSONS:
+        if not self._drives(request) or key not in SCENARIOS:
             return [gr.skip()] * (len(Knobs._fields) + 4 + MAX_ANSWERS + 1)
-        answers = LESSONS[key].answers
+        answers = LESSONS[key].answers if key in LESSONS else ()
         guess = answers[index][0] if 0 <= index < len(answers) else ""
         started = self._start_preset(key)
         lesson = {"key": key, "guess": guess}
@@ -270,12 +276,12 @@ class BoardCallbacks:
         self.driver.step_once(timeout=30)
         return gr.Button("Resume")
 
-    def reset_board(self, policy, budget, max_seqs, kv_blocks, request: gr.Request):
+    def reset_board(self, batching, queue, budget, max_seqs, kv_blocks, request: gr.Request):
         if not self._drives(request):
             return gr.skip()
         try:
-            self.driver.reset(with_knobs(self.driver.base_config, policy, budget, max_seqs,
-                                         kv_blocks))  # fmt: skip
+            self.driver.reset(with_knobs(self.driver.base_config, batching, queue, budget,
+                                         max_seqs, kv_blocks))  # fmt: skip
         except ValueError as exc:
             warn(f"{KNOBS_REFUSED}: {exc}")
             return gr.skip()

@@ -23,7 +23,8 @@ class Knobs(NamedTuple):
     num_users: object
     arrival: object
     rate: object
-    policy: object
+    batching: object
+    queue: object  # EngineConfig.scheduling_policy
     compare: object
     budget: object
     max_seqs: object
@@ -77,8 +78,9 @@ def scenario_knobs(driver: EngineDriver, sc: Scenario) -> Knobs:
     """Control values for a preset: its knobs on top of the command line's config."""
     cfg = sc.engine_config(driver.base_config)
     kv = cfg.num_kv_blocks or driver.snapshot().kv_blocks_total
-    return Knobs(sc.key, sc.num_users, sc.arrival, sc.arrival_rate, cfg.scheduling_policy,
-                 sc.compare, cfg.max_num_batched_tokens, cfg.max_num_seqs, kv)  # fmt: skip
+    return Knobs(sc.key, sc.num_users, sc.arrival, sc.arrival_rate, cfg.batching,
+                 cfg.scheduling_policy, sc.compare, cfg.max_num_batched_tokens,
+                 cfg.max_num_seqs, kv)  # fmt: skip
 
 
 REMOTE_NOTE = (
@@ -129,7 +131,9 @@ def build_controls(driver: EngineDriver, k0: Knobs, engine_knobs: bool = True) -
                 gr.Slider(1, 32, value=k0.num_users, step=1, label="simulated users"),
                 gr.Radio(list(ARRIVALS), value=k0.arrival, label="arrivals"),
                 gr.Slider(0.2, 10, value=k0.rate, step=0.1, label="arrival rate (users/s)"),
-                gr.Radio(["continuous", "static"], value=k0.policy, label="policy",
+                gr.Radio(["continuous", "static"], value=k0.batching, label="batching",
+                         visible=engine_knobs),
+                gr.Radio(["fcfs", "priority"], value=k0.queue, label="queue policy",
                          visible=engine_knobs),
                 gr.Checkbox(k0.compare, label="compare static vs continuous" if engine_knobs
                             else "compare: send every request to both servers"),

@@ -141,7 +141,7 @@ class RewindCallbacks:
             replay = board_replay(Replay.load(path), d.limits, d.tokenizer, d.base_config)
             config, compare = replay.config, replay.compare
             if mode in ("continuous", "static"):
-                config, compare = replace(config, scheduling_policy=mode), False
+                config, compare = replace(config, batching=mode), False
             elif mode == REPLAY_MODES[3]:
                 compare = True
             self.driver.start_replay(replay, config, compare)

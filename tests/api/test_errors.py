@@ -34,6 +34,8 @@ CHAT_CASES = [  # (body, status, param)
     ({"model": TINY_MODEL, "messages": [{"role": "user", "content": " "}]}, 400, "messages"),
     ({"model": TINY_MODEL, "messages": [{"role": "user", "content": "x " * 600}]}, 400,
      "messages"),
+    ({"model": TINY_MODEL, "messages": HI, "priority": 1}, 400, "priority"),  # fcfs server
+    ({"model": TINY_MODEL, "messages": HI, "priority": "high"}, 400, "priority"),
     ({"model": "gpt-17", "messages": HI}, 404, "model"),
 ]  # fmt: skip
 

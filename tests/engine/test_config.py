@@ -12,7 +12,8 @@ def test_defaults_match_the_contract():
     assert c.block_size == 16
     assert c.num_kv_blocks is None
     assert c.max_model_len is None
-    assert c.scheduling_policy == "continuous"
+    assert c.batching == "continuous"
+    assert c.scheduling_policy == "fcfs"
     assert c.kv_backend == "paged"
     assert c.enable_chunked_prefill is True
     assert c.enable_prefix_caching is True
@@ -24,7 +25,7 @@ def test_defaults_match_the_contract():
 def test_field_names_are_the_contract_names():
     assert EngineConfig.field_names() == {
         "max_num_seqs", "max_num_batched_tokens", "block_size", "num_kv_blocks",
-        "max_model_len", "scheduling_policy", "kv_backend", "enable_chunked_prefill",
+        "max_model_len", "batching", "scheduling_policy", "kv_backend", "enable_chunked_prefill",
         "enable_prefix_caching", "max_waiting", "torch_compile", "model_impl",
     }  # fmt: skip
 
@@ -32,11 +33,11 @@ def test_field_names_are_the_contract_names():
 def test_small_valid_config_as_tests_use_it():
     c = EngineConfig(
         max_num_seqs=1, max_num_batched_tokens=1, block_size=4, num_kv_blocks=1,
-        max_model_len=2, scheduling_policy="static", kv_backend="hf_cache",
+        max_model_len=2, batching="static", scheduling_policy="priority", kv_backend="hf_cache",
         enable_chunked_prefill=False, enable_prefix_caching=False, max_waiting=1,
     )  # fmt: skip
     assert (c.block_size, c.num_kv_blocks, c.max_model_len) == (4, 1, 2)
-    assert (c.scheduling_policy, c.kv_backend) == ("static", "hf_cache")
+    assert (c.batching, c.scheduling_policy, c.kv_backend) == ("static", "priority", "hf_cache")
 
 
 BAD_INTS = [0, -1, -16, True, False, 1.0, 4.5, "4", None]
@@ -80,9 +81,20 @@ def test_batched_tokens_below_max_num_seqs_refused():
 
 
 @pytest.mark.parametrize("value", ["dynamic", "Continuous", "", None, 1])
+def test_batching_refuses_unknown(value):
+    with pytest.raises(ValueError, match=r"^batching\b"):
+        EngineConfig(batching=value)
+
+
+@pytest.mark.parametrize("value", ["FCFS", "lifo", "", None, 1, "continuous", "static"])
 def test_scheduling_policy_refuses_unknown(value):
-    with pytest.raises(ValueError, match=r"\bscheduling_policy\b"):
+    with pytest.raises(ValueError, match=r"^scheduling_policy\b"):
         EngineConfig(scheduling_policy=value)
+
+
+def test_the_old_batching_values_of_scheduling_policy_point_to_batching():
+    with pytest.raises(ValueError, match=r"now batching="):
+        EngineConfig(scheduling_policy="static")
 
 
 @pytest.mark.parametrize("value", ["flash", "Paged", "", None, 0])

@@ -29,7 +29,7 @@ SCENARIOS = {
     "staggered": {},
     "chunked_prefill": dict(max_num_batched_tokens=8),
     "tiny_pool_preemption": dict(num_kv_blocks=24, max_num_batched_tokens=16),
-    "static": dict(scheduling_policy="static", max_num_batched_tokens=16),
+    "static": dict(batching="static", max_num_batched_tokens=16),
     "hf_cache": dict(kv_backend="hf_cache"),
     "transformers_modules": dict(model_impl="transformers", max_num_batched_tokens=16),
     "no_prefix_cache_no_chunking": dict(

@@ -191,6 +191,7 @@ def test_a_failing_sampler_errors_the_batch_and_the_engine_serves_on(engine, mon
         (dict(request_id=7), "request_id"),
         (dict(params={"max_tokens": 3}), "params"),
         (dict(priority="high"), "priority"),
+        (dict(priority=1), "needs scheduling_policy='priority'"),  # the engine runs fcfs
     ],
 )
 def test_bad_requests_raise_naming_the_field_and_queue_nothing(engine, kwargs, field):
@@ -198,6 +199,24 @@ def test_bad_requests_raise_naming_the_field_and_queue_nothing(engine, kwargs, f
     with pytest.raises(ValueError, match=field):
         engine.add_request(**request)
     assert not engine.has_unfinished_requests()
+
+
+def test_priority_policy_serves_the_vip_first_and_equals_greedy_alone(llama_pair, tokenizer):
+    """One seat: a priority-0 request arriving last preempts the running priority-5 one and
+    finishes first; the victim, recomputed, still ends with the tokens it would have alone."""
+    model = llama_pair[0]
+    engine = make_engine(model, tokenizer, scheduling_policy="priority", max_num_seqs=1)
+    params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    engine.add_request("low", "the slow one", params, priority=5)
+    engine.step()
+    engine.step()
+    engine.add_request("vip", "the urgent one", params, priority=0)
+    finals = run_staggered(engine, [])
+    assert list(finals) == ["vip", "low"]  # in the order they finished
+    assert finals["low"].metrics.num_preemptions == 1
+    alone = make_engine(model, tokenizer).generate(["the slow one"], params)[0]
+    assert finals["low"].token_ids == alone.token_ids
+    assert_no_leak(engine)
 
 
 def test_duplicate_live_id_and_full_queue_are_refused(llama_pair, tokenizer):

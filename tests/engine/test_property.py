@@ -1,4 +1,6 @@
-"""Random add / step / abort sequences keep the scheduler and block manager consistent."""
+"""Random add / step / abort sequences keep the scheduler and block manager consistent: block
+ref counts under n > 1 forks, beam forks and prunes, prefix-cache hits and preemption (of
+single sequences and of whole beam groups), and nothing leaked at the end."""
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -14,6 +16,8 @@ add = st.tuples(
     st.integers(1, 3),  # n
     st.sampled_from([0.0, 0.8]),  # temperature
     st.booleans(),  # share a prefix with earlier prompts
+    st.sampled_from([1, 1, 2, 3]),  # beam_width (2, 3: beam search, greedy)
+    st.integers(0, 2),  # priority
 )
 operation = st.one_of(add, st.just(("step",)), st.tuples(st.just("abort"), st.integers(0, 30)))
 
@@ -28,8 +32,9 @@ def live_sequences(engine):
 @given(ops=st.lists(operation, min_size=5, max_size=60), pool=st.integers(12, 40))
 def test_random_workloads_lose_nothing_and_leak_nothing(llama_pair, tokenizer, ops, pool):
     engine = make_engine(
-        llama_pair[0], tokenizer, num_kv_blocks=pool, max_num_batched_tokens=16, max_num_seqs=4
-    )
+        llama_pair[0], tokenizer, num_kv_blocks=pool, max_num_batched_tokens=16, max_num_seqs=4,
+        scheduling_policy="priority",
+    )  # fmt: skip
     added, finished = [], {}
 
     def collect(outputs):
@@ -41,13 +46,23 @@ def test_random_workloads_lose_nothing_and_leak_nothing(llama_pair, tokenizer, o
 
     for op in ops:
         if op[0] == "add":
-            _, prompt_len, max_tokens, n, temperature, shared = op
+            _, prompt_len, max_tokens, n, temperature, shared, beams, priority = op
             start = 100 if shared else 1000 + 50 * len(added)
             rid = f"r{len(added)}"
-            params = SamplingParams(
-                max_tokens=max_tokens, temperature=temperature, n=n, seed=len(added)
-            )
-            engine.add_request(rid, list(range(start, start + prompt_len)), params)
+            if beams > 1:
+                params = SamplingParams(
+                    max_tokens=max_tokens, temperature=0.0, beam_width=beams, n=min(n, beams)
+                )
+            else:
+                params = SamplingParams(
+                    max_tokens=max_tokens, temperature=temperature, n=n, seed=len(added)
+                )
+            try:
+                engine.add_request(rid, list(range(start, start + prompt_len)), params, None,
+                                   priority)  # fmt: skip
+            except ValueError as exc:  # beams that may not fit the pool once recomputed
+                assert exc.field == "beam_width", exc
+                continue
             added.append(rid)
         elif op[0] == "abort" and added:
             engine.abort_request(added[op[1] % len(added)])

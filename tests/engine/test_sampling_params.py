@@ -187,3 +187,39 @@ def test_error_message_shows_the_range_and_value():
         SamplingParams(top_p=1.5)
     with pytest.raises(ValueError, match=r"n .*\[1, 16\].*17"):
         SamplingParams(n=17)
+
+
+def test_beam_search_fields():
+    p = SamplingParams(temperature=0.0, beam_width=4, n=2, length_penalty=0.6)
+    assert p.use_beam_search and p.num_seqs == 4
+    assert not SamplingParams(n=3).use_beam_search and SamplingParams(n=3).num_seqs == 3
+
+
+BEAM = dict(temperature=0.0, beam_width=3)
+
+
+@pytest.mark.parametrize(
+    ("fields", "name"),
+    [
+        (dict(beam_width=0), "beam_width"),
+        (dict(beam_width=17), "beam_width"),
+        (dict(beam_width=2.0), "beam_width"),
+        (dict(length_penalty=0.5), "length_penalty"),  # no beams: it would do nothing
+        (dict(BEAM, length_penalty=float("nan")), "length_penalty"),
+        (dict(BEAM, length_penalty="1"), "length_penalty"),
+        (dict(BEAM, n=4), "n"),  # more completions than beams
+        (dict(beam_width=3), "temperature"),  # the default 1.0 would sample
+        (dict(BEAM, top_k=5), "top_k"),
+        (dict(BEAM, top_p=0.9), "top_p"),
+        (dict(BEAM, min_p=0.1), "min_p"),
+        (dict(BEAM, seed=1), "seed"),
+        (dict(BEAM, repetition_penalty=1.2), "repetition_penalty"),
+        (dict(BEAM, logprobs=2), "logprobs"),
+        (dict(BEAM, stop=["x"]), "stop"),
+        (dict(BEAM, stop_token_ids=[5]), "stop_token_ids"),
+    ],
+)
+def test_beam_search_refuses_what_it_cannot_honour_naming_the_field(fields, name):
+    with pytest.raises(FieldError, match=rf"^{name}\b") as info:
+        SamplingParams(**fields)
+    assert info.value.field == name and "got" in str(info.value)

@@ -48,7 +48,7 @@ def test_chunked_prefill_spans_steps_while_others_decode():
 
 
 def test_max_num_seqs_and_priority_order_admission():
-    sched = make_scheduler(max_num_seqs=2, max_num_batched_tokens=64)
+    sched = make_scheduler(max_num_seqs=2, max_num_batched_tokens=64, scheduling_policy="priority")
     for i, priority in enumerate([5, 0, 1]):
         sched.add(make_seq(range(4), seq_id=i), priority)
     out = sched.schedule()
@@ -66,7 +66,7 @@ def fork(sched, parent, seq_id, index):
     """What the engine does with a parent's first token: the sibling joins running."""
     child = parent.fork(seq_id, index, IncrementalDetokenizer(None, [], False), None)
     sched.block_manager.fork(parent, child)
-    sched.add_running(child)
+    sched.add_running(child, parent)
     return child
 
 
@@ -91,7 +91,7 @@ def test_a_prompt_takes_a_seat_for_each_of_its_n_completions():
 
 
 def test_static_policy_admits_a_new_batch_only_when_running_is_empty():
-    sched = make_scheduler(scheduling_policy="static", max_num_batched_tokens=8)
+    sched = make_scheduler(batching="static", max_num_batched_tokens=8)
     a, b = make_seq(range(6), seq_id=0), make_seq(range(6), seq_id=1)
     sched.add(a)
     sched.add(b)

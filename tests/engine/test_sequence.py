@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from engine.detokenizer import IncrementalDetokenizer
+from engine.outputs import Logprob
 from engine.sampling_params import SamplingParams
 from engine.sequence import (
     Sequence,
@@ -282,13 +283,15 @@ def test_finished_sequence_takes_no_more_tokens(char_tokenizer):
 
 
 def test_logprobs_recorded_only_when_asked(char_tokenizer):
+    lp1, lp2 = Logprob(-0.5, 1, "a"), Logprob(-1.25, 2, "b")
     a = running(make_seq(char_tokenizer))
-    a.append_token(1, {1: "lp"})
-    assert a.logprobs is None
+    a.append_token(1, {1: lp1})
+    assert a.logprobs is None and a.cumulative_logprob == 0.0
     b = running(make_seq(char_tokenizer, logprobs=2))
-    b.append_token(1, {1: "lp1"})
-    b.append_token(2, {2: "lp2"})
-    assert b.logprobs == [{1: "lp1"}, {2: "lp2"}]
+    b.append_token(1, {1: lp1})
+    b.append_token(2, {2: lp2})
+    assert b.logprobs == [{1: lp1}, {2: lp2}]
+    assert b.cumulative_logprob == -1.75  # the sum of the chosen tokens' logprobs
 
 
 # -- fork -----------------------------------------------------------------------------------
@@ -296,8 +299,9 @@ def test_fork_copies_outputs_and_shares_nothing_mutable(char_tokenizer):
     tok = char_tokenizer
     clock = StepClock()
     parent = running(make_seq(tok, clock=clock, logprobs=1))
-    parent.append_token(tok.ids["a"], {tok.ids["a"]: "lp-a"})
-    parent.append_token(tok.ids["b"], {tok.ids["b"]: "lp-b"})
+    lp = {c: Logprob(-1.0 - i, 1, c) for i, c in enumerate("abc")}
+    parent.append_token(tok.ids["a"], {tok.ids["a"]: lp["a"]})
+    parent.append_token(tok.ids["b"], {tok.ids["b"]: lp["b"]})
     parent.num_computed_tokens = parent.num_tokens - 1
     parent.num_cached_tokens = 4
     parent.block_table.extend([3, 7])
@@ -324,11 +328,12 @@ def test_fork_copies_outputs_and_shares_nothing_mutable(char_tokenizer):
     assert child.logprobs is not parent.logprobs
     assert child.status_history is not parent.status_history
 
-    child.append_token(tok.ids["c"], {tok.ids["c"]: "lp-c"})
+    child.append_token(tok.ids["c"], {tok.ids["c"]: lp["c"]})
     child.block_table.append(8)
     child.preempt()
     assert parent.output_token_ids == tok.encode("ab")
-    assert parent.logprobs == [{tok.ids["a"]: "lp-a"}, {tok.ids["b"]: "lp-b"}]
+    assert parent.logprobs == [{tok.ids["a"]: lp["a"]}, {tok.ids["b"]: lp["b"]}]
+    assert (parent.cumulative_logprob, child.cumulative_logprob) == (-3.0, -6.0)
     assert parent.block_table == [3, 7]
     assert parent.status is SequenceStatus.RUNNING
     assert parent.num_preemptions == 0

@@ -1,5 +1,6 @@
-"""Soak: 1,000 random requests with aborts, timeouts, preemption and injected forward
-failures; nothing lost, nothing leaked, and only the poisoned requests end with ERROR."""
+"""Soak: 1,000 random requests (beam searches among them, at random priorities) with aborts,
+timeouts, preemption and injected forward failures; nothing lost, nothing leaked, and only
+the poisoned requests end with ERROR."""
 
 import random
 
@@ -51,12 +52,12 @@ def test_soak_thousand_requests(llama_pair, tokenizer, monkeypatch):
     rng = random.Random(1234)
     engine = make_engine(
         llama_pair[0], tokenizer, num_kv_blocks=64, max_num_batched_tokens=128, max_num_seqs=32,
-        max_model_len=160,
+        max_model_len=160, scheduling_policy="priority",
     )  # fmt: skip
     poison(engine, monkeypatch)
     poisoned: set[str] = set()
     greedy = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
-    added, finished, greedy_ids = [], {}, []
+    added, finished, greedy_ids, beam_ids = [], {}, [], {}  # beam_ids: request id -> n
     aborts: dict[int, list[str]] = {}  # step -> requests to abort then
     num_aborted = num_timeouts = 0
     steps = 0
@@ -72,12 +73,20 @@ def test_soak_thousand_requests(llama_pair, tokenizer, monkeypatch):
                 prompt = [rng.randrange(3, 49152) for _ in range(rng.randint(0, 20))] + [POISON]
                 params = random_params(rng)
                 poisoned.add(rid)
+            elif roll < 0.16:  # beam search: k beams fork, share blocks and are pruned
+                prompt = _clean([rng.randrange(3, 49152) for _ in range(rng.randint(1, 30))])
+                k = rng.choice([2, 3, 4])
+                params = SamplingParams(
+                    max_tokens=rng.randint(1, 12), temperature=0.0, beam_width=k,
+                    n=rng.randint(1, k), length_penalty=rng.choice([1.0, 0.5, 2.0]),
+                )  # fmt: skip
+                beam_ids[rid] = params.n
             else:
                 params, prompt = random_params(rng), _clean(random_prompt(rng, 160))
                 if roll < 0.17:
                     params.timeout_s = rng.uniform(0.001, 0.05)
                     num_timeouts += 1
-            engine.add_request(rid, prompt, params)
+            engine.add_request(rid, prompt, params, priority=rng.choice([0, 0, 1, 2]))
             added.append(rid)
             if rid not in greedy_ids and rng.random() < 0.2:
                 aborts.setdefault(steps + rng.randint(0, 20), []).append(rid)
@@ -94,7 +103,10 @@ def test_soak_thousand_requests(llama_pair, tokenizer, monkeypatch):
         assert steps < 50_000
     assert len(added) == NUM_REQUESTS and sorted(finished) == sorted(added)
     reasons = engine.snapshot().totals.stop_reasons
-    assert reasons.get("cancelled", 0) == num_aborted > 100
+    cancelled = sum(
+        any(c.stop_reason == StopReason.CANCELLED for c in out.outputs) for out in finished.values()
+    )  # per request: stop_reasons counts completions (a beam search returns several)
+    assert cancelled == num_aborted > 100
     assert reasons.get("timeout", 0) > 0 and engine.snapshot().totals.num_preemptions > 0
     assert_no_leak(engine)
     errors = {rid for rid, out in finished.items() if out.stop_reason == StopReason.ERROR}
@@ -105,6 +117,12 @@ def test_soak_thousand_requests(llama_pair, tokenizer, monkeypatch):
     for rid in poisoned:  # and every poisoned request ends, with ERROR unless aborted first
         assert finished[rid].stop_reason in (StopReason.ERROR, StopReason.CANCELLED), rid
     assert len(errors & poisoned) >= 10
+    beams_done = {
+        rid: finished[rid] for rid in beam_ids if finished[rid].stop_reason != "cancelled"
+    }
+    assert len(beams_done) > 10
+    for rid, out in beams_done.items():  # the n best, or fewer if it ended early
+        assert 1 <= len(out.outputs) <= beam_ids[rid]
     checker = GreedyChecker(llama_pair[1])
     for rid in greedy_ids:
         out = finished[rid]
@@ -113,7 +131,8 @@ def test_soak_thousand_requests(llama_pair, tokenizer, monkeypatch):
     assert checker.num_exact + checker.num_near_ties >= len(greedy_ids) * 0.5
     print(
         f"soak: {len(added)} requests, {steps} steps, {num_aborted} aborted, "
-        f"{len(poisoned)} poisoned ({len(errors)} ended with ERROR), "
+        f"{len(poisoned)} poisoned ({len(errors)} ended with ERROR), {len(beam_ids)} beam "
+        f"searches, "
         f"{reasons.get('timeout', 0)} timeouts, {engine.snapshot().totals.num_preemptions} "
         f"preemptions, {checker.num_exact} greedy exact, {checker.num_near_ties} near-ties, "
         f"stop reasons {reasons}"

@@ -182,7 +182,7 @@ def snapshot(total, used, cached):
     return EngineSnapshot(
         step=3, num_waiting=1, num_running=2, num_finished=0, kv_blocks_total=total,
         kv_blocks_used=used, kv_blocks_cached=cached, block_size=4, kv_backend="paged",
-        scheduling_policy="continuous", max_num_seqs=4, max_num_batched_tokens=16,
+        batching="continuous", scheduling_policy="fcfs", max_num_seqs=4, max_num_batched_tokens=16,
         requests=(), steps=(record(0),), totals=Totals(),
     )  # fmt: skip
 

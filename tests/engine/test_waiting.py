@@ -61,14 +61,14 @@ def test_no_free_kv_blocks_holds_the_head_and_the_queue_order_the_rest():
 
 
 def test_static_batching_waits_for_the_batch_to_drain():
-    sched = make_scheduler(scheduling_policy="static", max_num_seqs=2, max_num_batched_tokens=64)
+    sched = make_scheduler(batching="static", max_num_seqs=2, max_num_batched_tokens=64)
     for i in range(2):
         sched.add(make_seq(range(4), seq_id=i))
     run_forward(sched.schedule())
     sched.add(make_seq(range(4), seq_id=2))
     out = sched.schedule()  # two decode: the newcomer waits for the batch, not for a seat
     assert reasons(sched, out) == [W.STATIC_BATCH]
-    sched = make_scheduler(scheduling_policy="static", max_num_seqs=4, max_num_batched_tokens=64)
+    sched = make_scheduler(batching="static", max_num_seqs=4, max_num_batched_tokens=64)
     sched.add(make_seq(range(4), seq_id=0))
     run_forward(sched.schedule())
     sched.add(make_seq(range(4), seq_id=1))

@@ -84,7 +84,7 @@ def snapshot(
     cached=0,
     ttfts=(),
     tpots=(),
-    policy="continuous",
+    batching="continuous",
     cached_ids=(),
 ):
     steps = tuple(steps)
@@ -99,7 +99,8 @@ def snapshot(
         kv_cached_block_ids=tuple(cached_ids),
         block_size=4,
         kv_backend="paged",
-        scheduling_policy=policy,
+        batching=batching,
+        scheduling_policy="fcfs",
         max_num_seqs=8,
         max_num_batched_tokens=64,
         requests=tuple(requests),

@@ -58,6 +58,28 @@ def test_visitor_tokens_show_top_alternatives_on_hover():
     assert cards.token_spans(done).count('class="pg-tok"') == 1
 
 
+def test_under_priority_the_cards_show_each_requests_priority_and_waiting_time():
+    board = busy_board(num_users=2, num_steps=5)  # the last step ends at 0.5 + 0.05 s
+    snap = board.snapshot
+    waiting = replace(snap.requests[1], status="waiting", priority=3, first_scheduled=None)
+    snap = replace(snap, scheduling_policy="priority", requests=(snap.requests[0], waiting))
+    html = cards.render_cards(replace(board, snapshots={"main": snap}))
+    assert "priority 0 · waited 0.1 s" in html  # req-0: arrived at 0.0, admitted at 0.1
+    assert "priority 3 · waiting 0.5 s" in html  # req-1: arrived at 0.05, still waiting
+    assert "priority" not in cards.render_cards(board)  # fcfs: nothing to say
+
+
+def test_a_beam_search_card_lists_its_live_beams():
+    board = busy_board(num_users=2, num_steps=5)
+    snap = board.snapshot
+    beams = ((3, "the best <beam>", -1.5), (5, "a second one", -2.25))
+    snap = replace(snap, requests=(replace(snap.requests[0], beam_width=2, beams=beams),
+                                   snap.requests[1]))  # fmt: skip
+    html = cards.render_cards(replace(board, snapshots={"main": snap}))
+    assert "<b>beam 3</b>" in html and "-2.25" in html and "the best &lt;beam&gt;" in html
+    assert "pg-beams" not in cards.render_cards(board)
+
+
 def test_narrated_step_log():
     steps = [
         step(
@@ -86,6 +108,10 @@ def test_narrated_step_log():
     )
     assert "req-7 prefill done (183/183 tokens, 3 chunks)" in lines[2]
     assert "req-5 preempted" in lines[2]
+    beams = cards.narrate_steps(
+        [step(44, events=[("beams", "req-7", "forked beam 3 from 1, pruned 2")])]
+    )
+    assert beams == ["step 44 (50 ms): req-7 forked beam 3 from 1, pruned 2"]
     assert cards.narrate_steps([step(1)]) == ["step 1 (50 ms): nothing to do"]
 
 

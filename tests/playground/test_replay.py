@@ -39,7 +39,7 @@ def test_a_replay_reruns_exactly_offline_and_on_the_board(driver, make_engine, t
     results = run_offline(make_engine(), replay)
     assert compare_outputs(replay, results) == []
     assert results[cut.request_id].stop_reason.value == "cancelled"
-    static = run_offline(make_engine(scheduling_policy="static"), replay)
+    static = run_offline(make_engine(batching="static"), replay)
     assert compare_outputs(replay, static) == []
 
     driver.start_replay(replay)
@@ -51,7 +51,7 @@ def test_a_replay_reruns_exactly_offline_and_on_the_board(driver, make_engine, t
 def test_an_ab_of_two_policies_on_one_file_sits_side_by_side(driver, make_engine, tmp_path):
     replay = _captured(driver, tmp_path)
     configs = {"A: continuous": EngineConfig(**TINY_ENGINE),
-               "B: static": EngineConfig(**TINY_ENGINE, scheduling_policy="static")}  # fmt: skip
+               "B: static": EngineConfig(**TINY_ENGINE, batching="static")}  # fmt: skip
     results = ab(lambda cfg: make_engine(cfg), replay, configs)
     assert [r.name for r in results] == list(configs)
     for r in results:

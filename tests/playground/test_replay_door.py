@@ -19,11 +19,11 @@ def _replay(num=2, **engine):
 
 def test_only_the_boards_knobs_are_taken_and_limits_apply(char_tokenizer):
     base = EngineConfig(num_kv_blocks=512, max_waiting=64)
-    replay = _replay(scheduling_policy="static", max_num_seqs=4, torch_compile=True,
+    replay = _replay(batching="static", max_num_seqs=4, torch_compile=True,
                      max_waiting=5000, model_impl="transformers")  # fmt: skip
     checked = board_replay(replay, PublicLimits(default_timeout_s=60), char_tokenizer, base)
     c = checked.config
-    assert (c.scheduling_policy, c.max_num_seqs) == ("static", 4)
+    assert (c.batching, c.max_num_seqs) == ("static", 4)
     assert (c.torch_compile, c.max_waiting, c.model_impl) == (False, 64, "auto")
     assert c.num_kv_blocks == 512  # the file's None (sized from memory) keeps the board's
     assert all(r.params.timeout_s == 60 for r in checked.requests)

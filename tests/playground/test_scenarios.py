@@ -26,10 +26,11 @@ class FakeDriver:
     """Stands in for the driver: records what a workload submits and aborts."""
 
     def __init__(self):
-        self.sent, self.aborted = [], []
+        self.sent, self.aborted, self.priorities = [], [], []
 
-    def submit(self, prompt, params, owner):
+    def submit(self, prompt, params, owner, priority=0):
         self.sent.append((prompt, params, owner))
+        self.priorities.append(priority)
         return f"req-{len(self.sent)}"
 
     def abort(self, request_id):
@@ -139,11 +140,11 @@ def run_preset(make_engine, key: str, max_steps: int, until=None, **overrides):
                                          **overrides}))  # fmt: skip
     workload, ids = sc.workload(seed=0), itertools.count(1)
 
-    def submit(prompt, params, owner):
+    def submit(prompt, params, owner, priority):
         rid = f"req-{next(ids)}"
         # Greedy: what is scheduled does not depend on which tokens are picked, and a random
         # model's flat logits make top-p sort the whole vocabulary (most of a step's time).
-        engine.add_request(rid, prompt, replace(params, temperature=0.0))
+        engine.add_request(rid, prompt, replace(params, temperature=0.0), priority=priority)
         return rid
 
     for n in range(1, max_steps + 1):
@@ -230,11 +231,56 @@ def test_continuous_finishes_the_static_vs_continuous_work_sooner(make_engine):
     cont, workload, n = run_preset(make_engine, key, 400, lambda e, w: w.is_done)
     work = sum(p.max_tokens for p in workload.profiles)  # ignore_eos: exactly this many tokens
     assert workload.is_done and cont.snapshot().totals.num_generated_tokens == work
-    static, workload, _ = run_preset(make_engine, key, n, scheduling_policy="static")
+    static, workload, _ = run_preset(make_engine, key, n, batching="static")
     assert not workload.is_done, f"static finished in {n} steps too"
     generated = static.snapshot().totals.num_generated_tokens
     assert generated < 0.8 * work, (generated, work, n)  # fewer tokens per step
     assert static.snapshot().num_finished < cont.snapshot().num_finished
+
+
+def test_vip_users_arrive_into_a_full_engine_and_jump_the_queue(make_engine):
+    """The regular users fill every seat; the VIPs (priority 0) arrive later, preempt the
+    regulars and get their first token sooner than the regulars still waiting then."""
+    sc = SCENARIOS["vip_users"]
+    vips = {f"user:{p.name}" for p in sc.workload().profiles if p.priority == 0}
+    seen: dict[str, int] = {}  # request id -> its user's priority
+
+    def vips_answered(engine, workload):
+        for u in workload.users:
+            if u.request_id is not None:
+                seen.setdefault(u.request_id, u.profile.priority)
+        done = [r for r in engine.snapshot().requests if seen.get(r.request_id) == 0]
+        return len(done) >= len(vips) and all(r.first_token is not None for r in done)
+
+    engine, _, n = run_preset(make_engine, "vip_users", 400, vips_answered)
+    snap = engine.snapshot()
+    assert snap.scheduling_policy == "priority" and len(vips) >= 2
+    vip_states = [r for r in snap.requests if seen.get(r.request_id) == 0]
+    assert len(vip_states) >= len(vips), f"the VIPs were not all answered in {n} steps"
+    first_vip_arrival = min(r.arrival for r in vip_states)
+    still_waiting = [
+        r for r in snap.requests if seen.get(r.request_id, 0) > 0 and r.arrival < first_vip_arrival
+        and (r.first_scheduled is None or r.first_scheduled > first_vip_arrival)
+    ]  # fmt: skip
+    assert still_waiting, "the engine was not full when the VIPs came"
+    assert snap.totals.num_preemptions > 0  # seats were taken from regular users
+    vip_wait = max(r.first_scheduled - r.arrival for r in vip_states)
+    assert all(vip_wait < (r.first_scheduled or float("inf")) - r.arrival for r in still_waiting)
+
+
+def test_beam_search_preset_forks_prunes_and_shows_its_beams(make_engine):
+    seen_beams = []
+
+    def beams_done(engine, workload):
+        seen_beams.extend(r.beams for r in engine.snapshot().requests if r.beams)
+        return any(r.beam_width == 4 and r.status == "finished" for r in engine.snapshot().requests)
+
+    engine, _, n = run_preset(make_engine, "beam_search", 300, beams_done)
+    snap = engine.snapshot()
+    assert any(r.beam_width == 4 and r.status == "finished" for r in snap.requests), n
+    details = [e.detail for s in snap.steps for e in s.events if e.kind == "beams"]
+    assert any("forked beam" in d for d in details) and any("pruned" in d for d in details)
+    assert any(len(b) == 4 for b in seen_beams)  # a card had four live beams to show
 
 
 def test_a_preset_knob_must_be_an_engine_config_field():

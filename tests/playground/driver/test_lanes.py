@@ -70,7 +70,7 @@ def test_reset_in_compare_mode_feeds_both_lanes(driver):
         assert h.result(timeout=60).finished
     state = settled(driver, lambda s: all(s.stats[x].num_finished == 4 for x in s.lanes))
     assert state.lanes == ("continuous", "static") and state.compare
-    assert {state.snapshots[lane].scheduling_policy for lane in state.lanes} == set(state.lanes)
+    assert {state.snapshots[lane].batching for lane in state.lanes} == set(state.lanes)
     for lane in state.lanes:
         assert state.stats[lane].num_finished == 4 and state.stats[lane].finish_busy_s > 0
     # static waits for the whole batch of 2 before admitting more: it needs more steps.

@@ -29,7 +29,8 @@ OK = Health("ok", "/metrics in 3 ms", NOW - 9)
 def snapshot(samples=(), health=OK, **kw) -> RemoteSnapshot:
     fields = dict(step=1, num_waiting=0, num_running=0, num_finished=0, kv_blocks_total=0,
                   kv_blocks_used=0, kv_blocks_cached=0, block_size=0, kv_backend="remote",
-                  scheduling_policy="remote", max_num_seqs=0, max_num_batched_tokens=0,
+                  batching="remote", scheduling_policy="remote", max_num_seqs=0,
+                  max_num_batched_tokens=0,
                   requests=(), steps=(), totals=Totals(), server="http://gpu:8000",
                   health=health, samples=tuple(samples), started=NOW - 10)  # fmt: skip
     return RemoteSnapshot(**{**fields, **kw})

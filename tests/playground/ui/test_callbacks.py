@@ -33,9 +33,9 @@ def test_refusals_in_toasts_and_the_send_status_are_escaped(driver):
     with pytest.warns(UserWarning) as toasts:  # gr.Warning outside a request warns
         _, status = submit("hi", 8, 0.7, 0.95, 0, -1, XSS * 10, True, me)
         _callback(demo, "set_pace")(XSS, me)
-        _callback(demo, "start")("chat_burst", 2, "all at once", 1.0, XSS, False, 256, 16, 128,
-                                 me)  # fmt: skip
-        _callback(demo, "reset_board")(XSS, 256, 16, 128, me)
+        _callback(demo, "start")("chat_burst", 2, "all at once", 1.0, XSS, "fcfs", False, 256,
+                                 16, 128, me)  # fmt: skip
+        _callback(demo, "reset_board")("continuous", XSS, 256, 16, 128, me)
     shown = [status, *(str(w.message) for w in toasts if "img" in str(w.message))]
     assert len(shown) == 5 and status.startswith("Refused: stop strings")
     for text in shown:

@@ -1,0 +1,124 @@
+"""BeamSearch: one request's beam search, step by step, as transformers' generate runs it.
+
+`generate(num_beams=k, do_sample=False, length_penalty=p)` with its default stopping rule
+(early_stopping=False), rebuilt over the engine's sequences: each step every live beam's
+last-token logprobs are added to its cumulative logprob, and the best K = max(2, 1 + number of
+EOS tokens) * k candidates over all beams are ranked. Those of the top k that end (an EOS, or
+max_tokens reached) become finished hypotheses, scored cumulative logprob / generated length
+** p, of which the k best are kept; the k best candidates that do not end are the next beams.
+The search stops when no candidate can go on (max_tokens) or when k hypotheses are finished
+and the best live beam, scored at its current length, does not beat the worst of them.
+
+Sums and scores are float32, as in transformers, so equal inputs rank alike. The engine turns
+the candidates into sequences: a parent's first candidate extends it, the others fork it (the
+fork shares its blocks), and a beam with no candidate is pruned.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from engine.sampling_params import SamplingParams
+from engine.sequence import Sequence, StopReason
+
+
+@dataclass(frozen=True, slots=True)
+class BeamHypothesis:
+    """A finished beam: its generated tokens (the EOS included), raw and normalized scores."""
+
+    token_ids: tuple[int, ...]
+    text: str
+    cumulative_logprob: float
+    score: float  # cumulative_logprob / len(token_ids) ** length_penalty
+    stop_reason: StopReason
+
+
+@dataclass(frozen=True, slots=True)
+class BeamCandidate:
+    """A live beam of the next step: `parent` extended by `token_id`."""
+
+    parent: Sequence
+    token_id: int
+    cumulative_logprob: float
+
+
+class BeamSearch:
+    def __init__(
+        self,
+        params: SamplingParams,
+        eos_token_ids: frozenset[int],
+        max_model_len: int,
+        decode: Callable[[list[int]], str],
+    ):
+        self.decode = decode  # token ids -> text, as the detokenizer decodes an output
+        self.width = params.beam_width
+        self.length_penalty = params.length_penalty
+        self.max_tokens = params.max_tokens
+        self.max_model_len = max_model_len
+        self.eos_token_ids = frozenset() if params.ignore_eos else eos_token_ids
+        self.num_candidates = max(2, 1 + len(self.eos_token_ids)) * self.width
+        self.finished: list[BeamHypothesis] = []  # best first, at most `width`
+        self.done = False
+        self.num_generated = 0  # tokens computed for all beams, over all steps
+        self.num_preemptions = 0  # of the whole group
+        self._next_beam_id = 1  # the prompt's sequence is beam 0
+
+    def new_beam_id(self) -> int:
+        self._next_beam_id += 1
+        return self._next_beam_id - 1
+
+    @torch.inference_mode()
+    def step(self, beams: list[Sequence], logits: torch.Tensor) -> list[BeamCandidate]:
+        """One token for all `beams` (equal lengths), from their logits (len(beams), vocab).
+        Returns the next live beams, best first (none once `done`); updates `finished`."""
+        assert not self.done and logits.shape[0] == len(beams), (logits.shape, len(beams))
+        self.num_generated += len(beams)
+        logprobs = torch.log_softmax(logits.float().cpu(), dim=-1)  # (m, vocab)
+        cumulative = torch.tensor([b.cumulative_logprob for b in beams], dtype=torch.float32)
+        totals = (logprobs + cumulative.unsqueeze(1)).flatten()  # (m * vocab,)
+        values, indices = totals.topk(min(self.num_candidates, totals.numel()))
+        vocab = logits.shape[-1]
+        num_generated = beams[0].num_output_tokens + 1  # with this step's token
+        scale = float(num_generated) ** self.length_penalty
+        scores = (values / scale).tolist()
+        running, ended = [], []
+        for rank, (value, index, score) in enumerate(
+            zip(values.tolist(), indices.tolist(), scores, strict=True)
+        ):
+            parent, token_id = beams[index // vocab], index % vocab
+            reason = self._stop_reason(parent, token_id, num_generated)
+            if reason is None:
+                if len(running) < self.width:
+                    running.append(BeamCandidate(parent, token_id, value))
+            elif rank < self.width:  # only the top k candidates may end the search
+                tokens = (*parent.output_token_ids, token_id)
+                text = self.decode(list(tokens))
+                ended.append(BeamHypothesis(tokens, text, value, score, reason))
+        self.finished = sorted(self.finished + ended, key=lambda h: -h.score)[: self.width]
+        if len(running) < self.width or not self._can_improve(running[0], num_generated):
+            self.done = True
+            return []
+        return running
+
+    def _stop_reason(self, parent: Sequence, token_id: int, num_generated: int):
+        if token_id in self.eos_token_ids:
+            return StopReason.EOS
+        if num_generated >= self.max_tokens:
+            return StopReason.MAX_TOKENS
+        if parent.num_prompt_tokens + num_generated >= self.max_model_len:
+            return StopReason.LENGTH
+        return None
+
+    def _can_improve(self, best: BeamCandidate, num_generated: int) -> bool:
+        """transformers' heuristic for early_stopping=False: the best live beam, scored at
+        its current length, against the worst of k finished hypotheses."""
+        if len(self.finished) < self.width:
+            return True
+        best_score = torch.tensor(best.cumulative_logprob, dtype=torch.float32) / (
+            float(num_generated) ** self.length_penalty
+        )
+        return best_score.item() > self.finished[-1].score
+
+    def best(self, n: int) -> list[BeamHypothesis]:
+        return self.finished[:n]
