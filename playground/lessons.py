@@ -115,6 +115,36 @@ def _speedup(state: BoardState) -> Measured:
                     f"{static:.2f} s: {ratio:.2f}x.")  # fmt: skip
 
 
+def _vip_wait(state: BoardState) -> Measured:
+    """vip_users: did the VIPs (priority 0) wait as long as the regulars for a seat?"""
+    users = [r for r in state.snapshot.requests if r.arrival is not None]
+    vips = [r for r in users if r.priority == 0 and r.first_scheduled is not None]
+    regulars = [r for r in users if r.priority > 0 and r.first_scheduled is not None]
+    if len(vips) < 2 or not regulars:
+        return Measured(None, f"{len(vips)} of 2 VIPs admitted so far…")
+    vip = sum(r.first_scheduled - r.arrival for r in vips) / len(vips)
+    regular = sum(r.first_scheduled - r.arrival for r in regulars) / len(regulars)
+    preempted = state.snapshot.totals.num_preemptions
+    key = "preempt" if preempted and vip < regular else "queue"
+    return Measured(key, f"the VIPs waited {vip:.1f} s for a seat on average, the regulars "
+                    f"{regular:.1f} s; {preempted} preemptions.")  # fmt: skip
+
+
+def _beam_forks(state: BoardState) -> Measured:
+    """beam_search: do the beams copy their prompt's blocks, or share them?"""
+    forked = pruned = 0
+    for rec in state.snapshot.steps:
+        for e in rec.events:
+            if e.kind == "beams":
+                forked += e.detail.count("forked")
+                pruned += e.detail.count("pruned")
+    if not forked:
+        return Measured(None, "waiting for the first beams to fork…")
+    return Measured("shared", f"{forked} beams forked from a parent, each sharing its full KV "
+                    f"blocks (copy-on-write for the partly filled last one); {pruned} prunings "
+                    "freed their blocks at once.")  # fmt: skip
+
+
 LESSONS: dict[str, Lesson] = {
     lesson.scenario: lesson
     for lesson in (
@@ -157,6 +187,26 @@ LESSONS: dict[str, Lesson] = {
             (("none", "under 10 %"), ("some", "10 to 50 %"), ("most", "over 50 %")),
             _prefix_share,
         ),
+        Lesson(
+            "vip_users",
+            "Eight regular users fill the engine's 4 seats; two VIPs (priority 0) arrive two "
+            "seconds later. How long do the VIPs wait for a seat?",
+            (
+                ("queue", "as long as the regulars: they queue behind them"),
+                ("preempt", "hardly: each preempts a running regular and starts at once"),
+            ),
+            _vip_wait,
+        ),  # fmt: skip
+        Lesson(
+            "beam_search",
+            "Three users ask for 4 beams each. Does every beam keep its own copy of the "
+            "prompt's KV blocks?",
+            (
+                ("copies", "yes: 4 beams, 4 copies of the prompt"),
+                ("shared", "no: forks share the full blocks and copy only the last one"),
+            ),
+            _beam_forks,
+        ),  # fmt: skip
         Lesson(
             "static_vs_continuous",
             "16 requests of 8 to 96 tokens: does continuous batching finish them faster than "

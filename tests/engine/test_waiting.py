@@ -77,7 +77,7 @@ def test_static_batching_waits_for_the_batch_to_drain():
 
 
 def test_behind_a_higher_priority_request():
-    sched = make_scheduler(num_blocks=6, max_num_batched_tokens=64)
+    sched = make_scheduler(num_blocks=6, max_num_batched_tokens=64, scheduling_policy="priority")
     running = make_seq(range(16), seq_id=0)
     sched.add(running)
     run_forward(sched.schedule())  # 4 of 6 blocks held

@@ -96,3 +96,29 @@ def test_the_panel_puts_the_measured_answer_next_to_the_guess():
 
 def test_totals_default_to_no_preemption_cost():
     assert Totals().num_recomputed_tokens == 0 and Totals().preemption_time_lost == 0.0
+
+
+def test_vip_users_measures_how_long_the_vips_waited_against_the_regulars():
+    def req(rid, priority, arrival, scheduled):
+        return replace(request(rid, arrival=arrival, scheduled=scheduled), priority=priority)
+
+    regulars = [req(f"req-{i}", 1, 0.0, 0.5 * i) for i in range(8)]  # 1.75 s on average
+    vips = [req("req-8", 0, 2.0, 2.1), req("req-9", 0, 2.0, 2.3)]
+    preempted = Totals(num_preemptions=2)
+    snap = snapshot(requests=[*regulars, *vips], totals=preempted)
+    measured = LESSONS["vip_users"].measure(_board("vip_users", snap))
+    assert measured.answer == "preempt" and "waited 0.2 s" in measured.text
+    queued = snapshot(requests=[*regulars, req("req-8", 0, 2.0, 6.0), req("req-9", 0, 2.0, 7.0)])
+    assert LESSONS["vip_users"].measure(_board("vip_users", queued)).answer == "queue"
+    early = snapshot(requests=regulars)
+    assert LESSONS["vip_users"].measure(_board("vip_users", early)).answer is None
+
+
+def test_beam_search_reads_the_forks_and_prunes_of_the_step_log():
+    none = snapshot(steps=[step(1, events=[("admitted", "req-1", "")])])
+    assert LESSONS["beam_search"].measure(_board("beam_search", none)).answer is None
+    events = [("beams", "req-1", "forked beam 4 from 1, forked beam 5 from 2, pruned 3")]
+    snap = snapshot(steps=[step(1), step(2, events=events)])
+    measured = LESSONS["beam_search"].measure(_board("beam_search", snap))
+    assert measured.answer == "shared" and measured.text.startswith("2 beams forked")
+    assert "1 prunings" in measured.text

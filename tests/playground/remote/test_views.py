@@ -116,7 +116,7 @@ def test_the_board_over_a_server_hides_the_engine_knobs_and_sends_the_visitor_th
         demo = build_ui(driver)
         hidden = {b.label for b in demo.blocks.values()
                   if isinstance(b, gr.Slider | gr.Radio) and not b.visible}  # fmt: skip
-        assert {"policy", "token budget / step", "KV blocks"} <= hidden
+        assert {"batching", "queue policy", "token budget / step", "KV blocks"} <= hidden
         texts = " ".join(str(b.value) for b in demo.blocks.values() if isinstance(b, gr.HTML))
         assert "on a remote server" in texts and "own flags: watch its queues" in texts
         params = public.sampling_params(max_tokens=8)
