@@ -140,7 +140,7 @@ def register_api(
 
     def describe():
         d = get_driver()
-        return None if d is None else (d.limits, len(d.tokenizer))
+        return None if d is None else (d.limits, len(d.tokenizer), d.config.scheduling_policy)
 
     document_limits(app, describe)
     if metrics:

@@ -13,6 +13,7 @@ from typing import Literal
 from fastapi import FastAPI
 from pydantic import BaseModel, Field
 
+from engine.sampling_params import MAX_BEAM_WIDTH
 from playground.limits import PublicLimits
 from playground.openai_protocol import (
     FINISH_REASONS,
@@ -139,15 +140,16 @@ BODIES = {"/v1/chat/completions": ChatCompletionRequest, "/v1/completions": Comp
 
 def document_limits(app: FastAPI, describe) -> None:
     """Declare the request bodies in `app`'s OpenAPI document, with the limits of the server:
-    `describe()` returns (PublicLimits, vocabulary size), or None while there is no engine."""
+    `describe()` returns (PublicLimits, vocabulary size, EngineConfig.scheduling_policy), or
+    None while there is no engine."""
     build = app.openapi
 
     def openapi() -> dict:
         if app.openapi_schema is None:
             spec = build()
-            limits, vocab = describe() or (PublicLimits(), None)
+            limits, vocab, policy = describe() or (PublicLimits(), None, "fcfs")
             for path, body_cls in BODIES.items():
-                schema = request_schema(body_cls, limits, vocab)
+                schema = request_schema(body_cls, limits, vocab, policy)
                 content = {"application/json": {"schema": schema}}
                 spec["paths"][path]["post"]["requestBody"] = {"required": True, "content": content}
         return app.openapi_schema
@@ -155,8 +157,9 @@ def document_limits(app: FastAPI, describe) -> None:
     app.openapi = openapi
 
 
-def request_schema(body_cls, limits: PublicLimits, vocab: int | None) -> dict:
-    """The JSON schema of a request body as this server takes it (see the module docstring)."""
+def request_schema(body_cls, limits: PublicLimits, vocab: int | None, policy: str = "fcfs"):
+    """The JSON schema of a request body as this server takes it (see the module docstring).
+    `policy`: the engine's queue policy; "fcfs" takes priority 0 only."""
     schema = _inline(body_cls.model_json_schema())
     props, required = schema["properties"], set(schema.get("required", ()))
     props["max_tokens"]["anyOf"][0]["maximum"] = limits.max_tokens
@@ -166,8 +169,11 @@ def request_schema(body_cls, limits: PublicLimits, vocab: int | None) -> dict:
     if vocab is not None:
         for ids in _token_id_schemas(props):
             ids.update(minimum=0, maximum=vocab - 1)
+    if policy != "priority":
+        props["priority"] = {"enum": [0], "description": "first come, first served: 0 only"}
     for name, neutral in UNSUPPORTED.items():  # accepted only where they change nothing
-        props[name] = {"enum": list(neutral), "description": "not supported: only this value"}
+        if name not in props:
+            props[name] = {"enum": list(neutral), "description": "not supported: only this value"}
     for name in IGNORED:
         props[name] = {"description": "accepted and not used"}
     for name, prop in props.items():  # an explicit null means "the default"
@@ -184,7 +190,39 @@ def request_schema(body_cls, limits: PublicLimits, vocab: int | None) -> dict:
         }
     else:
         _one_prompt(props["prompt"]["anyOf"])
+        schema["allOf"].append(_beam_search_rules())
     return schema
+
+
+def _beam_search_rules() -> dict:
+    """/v1/completions' beam search (use_beam_search): best_of beams (default n, at least 2,
+    n <= best_of) and the sampling fields at the values beam search leaves alone. Without it,
+    best_of is n and length_penalty 1. Cross-field rules, so one case per beam width."""
+    null = {"type": "null"}
+    leave_alone = {
+        "temperature": {"enum": [0, None]}, "top_p": {"enum": [1, None]},
+        "top_k": {"enum": [0, -1, None]}, "min_p": {"enum": [0, None]},
+        "repetition_penalty": {"enum": [1, None]}, "seed": null, "logprobs": null,
+        "stop": {"anyOf": [null, {"type": "array", "maxItems": 0}]},
+        "stop_token_ids": {"anyOf": [null, {"type": "array", "maxItems": 0}]},
+    }  # fmt: skip
+    up_to = lambda k: {"anyOf": [null, {"type": "integer", "maximum": k}]}  # noqa: E731
+    widths = [
+        {"required": ["best_of"], "properties": {"best_of": {"const": k}, "n": up_to(k)}}
+        for k in range(2, MAX_BEAM_WIDTH + 1)
+    ]
+    widths.append({"required": ["n"], "properties": {"best_of": null, "n": {"minimum": 2}}})
+    as_n = [{"properties": {"best_of": null}},
+            {"properties": {"best_of": {"const": 1}, "n": {"enum": [1, None]}}}]  # fmt: skip
+    as_n += [
+        {"required": ["n"], "properties": {"best_of": {"const": k}, "n": {"const": k}}}
+        for k in range(2, MAX_BEAM_WIDTH + 1)
+    ]
+    return {
+        "if": {"required": ["use_beam_search"], "properties": {"use_beam_search": {"const": True}}},
+        "then": {"properties": leave_alone, "anyOf": widths},
+        "else": {"properties": {"length_penalty": {"enum": [1, None]}}, "anyOf": as_n},
+    }
 
 
 TEXT = {"type": "string", "pattern": r"\S"}  # not only whitespace
