@@ -43,7 +43,8 @@ def test_a_call_without_the_pages_session_is_refused(app_server):
     stranger = Page(app_server.url, "never-loaded")
     pace, config = driver.state().pace, driver.config
     for name, data in [("set_pace", ["1e-9"]), ("toggle_pause", []), ("single_step", []),
-                       ("reset_board", ["static", 16, 1, 8]), ("open_lesson", ["chat_burst"]),
+                       ("reset_board", ["static", "fcfs", 16, 1, 8]),
+                       ("open_lesson", ["chat_burst"]),
                        ("answer_lesson", [-1, {"key": "chat_burst"}]),
                        ("submit_prompt", ["hi", 4, 0.0, 1.0, 0, -1, "", False]),
                        ("toggle_seat", []), ("inspect_request", ["req-1"])]:  # fmt: skip
@@ -94,10 +95,10 @@ def test_a_second_visitor_cannot_pause_slow_or_reset_the_holders_run(seat_server
     assert "You drive" in a.tick() and "Visitor aaaa</b> drives" in b.tick()
     engine, pace = driver.config, driver.state().pace
     for name, data in [("toggle_pause", []), ("set_pace", ["1e-9"]), ("set_pace", ["0.5"]),
-                       ("reset_board", ["static", 16, 1, 8]),
+                       ("reset_board", ["static", "fcfs", 16, 1, 8]),
                        ("answer_lesson", [-1, {"key": "chat_burst"}]),
                        ("single_step", []), ("start", ["chat_burst", 2, "all at once", 1.0,
-                       "continuous", False, 64, 4, 32])]:  # fmt: skip
+                       "continuous", "fcfs", False, 64, 4, 32])]:  # fmt: skip
         assert b.call(name, *data).status_code == 200  # answered, with a warning
     time.sleep(0.3)
     assert driver.is_paused and driver.state().pace == pace and driver.config is engine

@@ -99,7 +99,7 @@ def _tracker(chat: bool) -> ResponseTracker:
     from playground.openai_protocol import CompletionJob
 
     job = CompletionJob(chat, "id-1", TINY_MODEL, "x", [5], SamplingParams(max_tokens=4), None,
-                        False, False, 1)  # fmt: skip
+                        0, False, False, 1)  # fmt: skip
     return ResponseTracker(job, lambda ids: "")
 
 
