@@ -225,11 +225,9 @@ class BoardCallbacks:
     # -- lessons: a preset asks first -------------------------------------------------------
     def open_lesson(self, key: str, request: gr.Request):
         """A preset's button: its knobs and its question, on this page only; the run starts
-        with an answer (a control action: the seat's). A preset without a lesson starts at
-        once. [knobs, note, pause, lesson, panel, answer buttons, skip button]"""
+        with an answer (a control action: the seat's). [knobs, note, pause, lesson, panel,
+        answer buttons, skip button]"""
         self._visitor(request)
-        if key not in LESSONS:
-            return self.answer_lesson(-1, {"key": key}, request)
         sc = SCENARIOS[key]
         panel = render_lesson(self.driver.state(), key, None)
         lesson = {"key": key, "guess": None}
@@ -240,9 +238,9 @@ class BoardCallbacks:
         """The visitor picked answer `index` (-1: skipped the question): the preset starts.
         Refused (not this session's to drive), the question stays open."""
         key = (lesson or {}).get("key")
-        if not self._drives(request) or key not in SCENARIOS:
+        if not self._drives(request) or key not in LESSONS:
             return [gr.skip()] * (len(Knobs._fields) + 4 + MAX_ANSWERS + 1)
-        answers = LESSONS[key].answers if key in LESSONS else ()
+        answers = LESSONS[key].answers
         guess = answers[index][0] if 0 <= index < len(answers) else ""
         started = self._start_preset(key)
         lesson = {"key": key, "guess": guess}

@@ -6,7 +6,6 @@ import time
 import gradio as gr
 
 from playground.lessons import LESSONS
-from playground.scenarios import SCENARIOS
 from playground.ui import build_ui
 from playground.ui.callbacks import BoardCallbacks
 from playground.ui.controls import Knobs
@@ -36,14 +35,6 @@ def test_a_preset_asks_its_question_and_starts_nothing(driver):
     assert driver.state().workload is None  # nothing runs before the visitor answers
     two = _callbacks(driver).open_lesson("long_vs_short", PAGE)[NUM_KNOBS + 4 :]
     assert [b.visible for b in two] == [True, True, False, True]
-
-
-def test_a_preset_without_a_lesson_starts_at_once(driver):
-    key = next(k for k in SCENARIOS if k not in LESSONS)
-    values = _callbacks(driver).open_lesson(key, PAGE)
-    assert Knobs(*values[:NUM_KNOBS]).scenario == key and driver.state().workload == key
-    assert values[NUM_KNOBS + 2] == {"key": key, "guess": ""}
-    assert not any(b.visible for b in values[NUM_KNOBS + 4 :])
 
 
 def test_an_answer_starts_the_preset_and_keeps_the_guess(driver):
