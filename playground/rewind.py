@@ -91,7 +91,10 @@ def rewind_note(step: int, window: tuple[int, int], nbytes: int, num_steps: int)
 
 def live_note(window: tuple[int, int] | None) -> str:
     if window is None:
-        return '<div class="pg-rewind-note pg-muted">No steps yet to rewind.</div>'
+        return (
+            '<div class="pg-rewind-note pg-muted">Live. Drag the slider back to see the engine '
+            "as it was after an earlier step.</div>"
+        )
     return (
         f'<div class="pg-rewind-note pg-muted">Live. Drag the slider to look back at any of '
         f"steps {esc(window[0])}–{esc(window[1])}.</div>"

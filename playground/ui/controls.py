@@ -101,7 +101,7 @@ def build_controls(driver: EngineDriver, k0: Knobs, engine_knobs: bool = True) -
         seat = html(elem_id="pg-seat")
         seat_button = gr.Button("Take the seat", size="sm", visible=False, elem_id="pg-seat-btn")
         role = gr.Textbox("", visible=False)
-        gr.Markdown("#### Presets: one click starts one", elem_classes="pg-h")
+        gr.Markdown("#### Presets: each asks a question, then runs", elem_classes="pg-h")
         presets = {
             key: gr.Button(sc.title, size="sm", elem_classes="pg-preset")
             for key, sc in SCENARIOS.items()
