@@ -288,9 +288,14 @@ def narrate_steps(steps, labels: dict[str, str] | None = None) -> list[str]:
 def render_step_log(state: BoardState, me: str | None = None, limit: int = 60) -> str:
     snap = state.snapshot
     lines = narrate_steps(snap.steps, request_labels(state, me))[-limit:]
+    return render_log(lines, "No steps yet: start a preset or send a prompt.")
+
+
+def render_log(lines: list[str], empty: str) -> str:
+    """A log, newest line first; `empty` while it has none."""
     items = "".join(f"<li>{esc(line)}</li>" for line in reversed(lines))
-    empty = '<li class="pg-muted">No steps yet: start a preset or send a prompt.</li>'
-    return f'<ol class="pg-log">{items or empty}</ol>'
+    items = items or f'<li class="pg-muted">{esc(empty)}</li>'
+    return f'<ol class="pg-log">{items}</ol>'
 
 
 # -- compare mode ---------------------------------------------------------------------------

@@ -143,9 +143,7 @@ def render_log(state: BoardState, me: str | None = None, limit: int = 60) -> str
         f"{t - snap.started:.1f} s · " + (f"{labels.get(rid, rid)}: " if rid else "") + text
         for t, rid, text in snap.log[-limit:]
     ]
-    items = "".join(f"<li>{cards.esc(line)}</li>" for line in reversed(lines))
-    empty = '<li class="pg-muted">Nothing yet: start a preset or send a prompt.</li>'
-    return f'<ol class="pg-log">{items or empty}</ol>'
+    return cards.render_log(lines, "Nothing yet: start a preset or send a prompt.")
 
 
 def render_scoreboard(state: BoardState) -> str:
