@@ -68,7 +68,7 @@ def random_model(name: str, device: str | torch.device, dtype: torch.dtype, seed
 
 def reference_copy(model):
     """An identical model with its own config: the engine switches its model's attention
-    implementation, and two models built from one config object share it (DESIGN.md)."""
+    implementation, and two models built from one config object share it."""
     reference = copy.deepcopy(model)
     reference.set_attn_implementation("sdpa")
     return reference
