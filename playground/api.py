@@ -17,7 +17,6 @@ OpenAPI description in playground/openapi.py.
 """
 
 import asyncio
-import contextlib
 import hashlib
 import hmac
 import json
@@ -64,6 +63,7 @@ from playground.openapi import (
     document_limits,
     error_responses,
 )
+from playground.outbox import outputs
 
 log = logging.getLogger(__name__)
 
@@ -349,36 +349,10 @@ def _submit(d: EngineDriver, job: CompletionJob, owner: str) -> RequestHandle:
         raise not_ready() from None
 
 
-# -- reading the driver's output stream
-async def _outputs(handle: RequestHandle):
-    """The handle's RequestOutputs without blocking the event loop, plus a None every
-    HEARTBEAT_S without one. The driver thread hands each item straight to the loop."""
-    loop = asyncio.get_running_loop()
-    inbox: asyncio.Queue = asyncio.Queue()
-
-    def to_loop(item) -> None:  # on the driver thread
-        with contextlib.suppress(RuntimeError):  # the event loop closed
-            loop.call_soon_threadsafe(inbox.put_nowait, item)
-
-    handle.listen(to_loop)
-    while True:
-        try:
-            async with asyncio.timeout(HEARTBEAT_S):
-                item = await inbox.get()
-        except TimeoutError:
-            yield None
-            continue
-        if isinstance(item, Exception):
-            raise item
-        yield item
-        if item.finished:
-            return
-
-
 async def _respond(request: Request, d: EngineDriver, handle: RequestHandle, tracker):
     next_look = time.monotonic() + HEARTBEAT_S
-    async with aclosing(_outputs(handle)) as outputs:
-        async for out in outputs:
+    async with aclosing(outputs(handle, HEARTBEAT_S)) as stream:
+        async for out in stream:
             if time.monotonic() >= next_look:  # is the client still there?
                 next_look = time.monotonic() + HEARTBEAT_S
                 if await request.is_disconnected():
@@ -400,9 +374,9 @@ async def _stream(d: EngineDriver, handle: RequestHandle, tracker):
     within the driver's max_pause_s) a comment line keeps the connection alive and says why;
     SSE clients skip comments."""
     try:
-        async with aclosing(_outputs(handle)) as outputs:
+        async with aclosing(outputs(handle, HEARTBEAT_S)) as stream:
             quiet_since = time.monotonic()
-            async for out in outputs:
+            async for out in stream:
                 now = time.monotonic()
                 if out is None:
                     if now - quiet_since >= KEEPALIVE_S:

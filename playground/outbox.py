@@ -1,0 +1,100 @@
+"""From the driver thread to the event loop: each request's RequestOutputs, in order.
+
+The driver thread hands over a step's outputs (one per open stream) through one Outbox per
+event loop, which wakes the loop once for the lot: asyncio's `call_soon_threadsafe` writes to
+the loop's self-pipe on every call, and a wake-up per stream per step is CPU taken from the
+forward on a small machine. A stream that falls behind (a busy loop) reads the outputs that
+piled up as one, as vLLM's output collector merges them: one chunk with the joined text, not
+one chunk per token to catch up with.
+"""
+
+import asyncio
+import contextlib
+import threading
+import weakref
+from dataclasses import replace
+
+from engine import RequestOutput
+from playground.requests import RequestHandle
+
+_outboxes: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Outbox]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
+class Outbox:
+    """Items posted by any thread, delivered to their asyncio queues on `loop`."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._items: list[tuple[asyncio.Queue, object]] = []
+
+    @classmethod
+    def of(cls, loop: asyncio.AbstractEventLoop) -> "Outbox":
+        """The loop's outbox (on the loop's thread)."""
+        outbox = _outboxes.get(loop)
+        if outbox is None:
+            outbox = _outboxes[loop] = cls(loop)
+        return outbox
+
+    def post(self, inbox: asyncio.Queue, item) -> None:
+        """Any thread: `item` goes to `inbox`; the first item of a batch wakes the loop."""
+        with self._lock:
+            self._items.append((inbox, item))
+            if len(self._items) > 1:  # a wake-up is on its way
+                return
+        with contextlib.suppress(RuntimeError):  # the event loop closed
+            self._loop.call_soon_threadsafe(self._deliver)
+
+    def _deliver(self) -> None:
+        with self._lock:
+            items, self._items = self._items, []
+        for inbox, item in items:
+            inbox.put_nowait(item)
+
+
+async def outputs(handle: RequestHandle, heartbeat_s: float):
+    """The handle's RequestOutputs without blocking the event loop, those that piled up
+    merged into one, plus a None every `heartbeat_s` without one. A refusal the driver hands
+    over is raised."""
+    inbox: asyncio.Queue = asyncio.Queue()
+    outbox = Outbox.of(asyncio.get_running_loop())
+    handle.listen(lambda item: outbox.post(inbox, item))
+    while True:
+        if inbox.empty():
+            try:
+                async with asyncio.timeout(heartbeat_s):
+                    item = await inbox.get()
+            except TimeoutError:
+                yield None
+                continue
+        else:
+            item = inbox.get_nowait()
+        while isinstance(item, RequestOutput) and not item.finished and not inbox.empty():
+            later = inbox.get_nowait()
+            merged = merge(item, later)
+            if merged is None:
+                yield item
+                item = later
+            else:
+                item = merged
+        if isinstance(item, Exception):
+            raise item
+        yield item
+        if item.finished:
+            return
+
+
+def merge(earlier: RequestOutput, later: RequestOutput | Exception) -> RequestOutput | None:
+    """`later` with `earlier`'s text deltas in front (vLLM's RequestOutput.add), or None
+    where they do not hold the same completions, or `later` is no output."""
+    if not isinstance(later, RequestOutput):
+        return None
+    if [c.index for c in earlier.outputs] != [c.index for c in later.outputs]:
+        return None
+    joined = [
+        replace(b, delta=a.delta + b.delta)
+        for a, b in zip(earlier.outputs, later.outputs, strict=True)
+    ]
+    return replace(later, outputs=joined)
