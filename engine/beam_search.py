@@ -42,6 +42,15 @@ class BeamHypothesis:
 
 
 @dataclass(frozen=True, slots=True)
+class BeamFork:
+    """Where a beam branched off: its parent, the step, the output tokens it took from it."""
+
+    parent: int
+    step: int
+    num_output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
 class PrunedBeam:
     """A beam that had no candidate left: when it ended, and its length and score then."""
 
@@ -80,17 +89,16 @@ class BeamSearch:
         self.num_preemptions = 0  # of the whole group
         self._next_beam_id = 1  # the prompt's sequence is beam 0
         self.first_step: int | None = None  # the engine step of the first token
-        self.forks: dict[int, tuple[int, int]] = {}  # beam -> (beam it forked from, step)
+        self.forks: dict[int, BeamFork] = {}  # beam -> where it forked
         self.pruned: dict[int, PrunedBeam] = {}
         self.hypotheses: list[BeamHypothesis] = []  # every one finished, in order
-        self._fork_parents: deque[tuple[int, int]] = deque()  # (parent, step) of the forks to come
+        self._forks_to_come: deque[BeamFork] = deque()  # asked for by the last step()
 
     def new_beam_id(self) -> int:
         """The id of the next fork, in the order step() returned the candidates: a parent's
         first candidate extends it, each later one forks it."""
-        parent, step = self._fork_parents.popleft()
         self._next_beam_id += 1
-        self.forks[self._next_beam_id - 1] = (parent, step)
+        self.forks[self._next_beam_id - 1] = self._forks_to_come.popleft()
         return self._next_beam_id - 1
 
     @torch.inference_mode()
@@ -133,11 +141,12 @@ class BeamSearch:
         return running
 
     def _note_tree(self, beams: list[Sequence], running: list[BeamCandidate], step: int):
-        assert not self._fork_parents, "every fork of the last step has its id"
+        assert not self._forks_to_come, "every fork of the last step has its id"
         extended = set()
         for c in running:
             if c.parent.index in extended:
-                self._fork_parents.append((c.parent.index, step))
+                fork = BeamFork(c.parent.index, step, c.parent.num_output_tokens)
+                self._forks_to_come.append(fork)
             extended.add(c.parent.index)
         for b in beams:
             if b.index not in extended:

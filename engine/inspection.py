@@ -44,6 +44,7 @@ class BeamNode:
     # (a hypothesis among the k best) | "outranked" (a hypothesis pushed out of them)
     step: int  # the step it began at: a fork's, a hypothesis's, beam 0's first token's
     end_step: int | None  # the step a pruned beam or a hypothesis ended at; None: not yet
+    branch_at: int  # the output tokens it took from its parent (beam 0: none)
     num_output_tokens: int
     cumulative_logprob: float
     score: float | None = None  # a hypothesis's: cumulative logprob / length ** penalty
@@ -239,20 +240,23 @@ def beam_tree(group: SequenceGroup) -> tuple[BeamNode, ...]:
     live = {s.index: s for s in group.seqs}
     nodes = []
     for beam in (0, *search.forks):
-        parent, step = search.forks.get(beam, (None, search.first_step))
+        fork = search.forks.get(beam)
+        parent, step, branch_at = (None, search.first_step, 0) if fork is None else (
+            fork.parent, fork.step, fork.num_output_tokens)  # fmt: skip
         if (p := search.pruned.get(beam)) is not None:
-            node = BeamNode(beam, parent, "pruned", step, p.step, p.num_output_tokens,
-                            p.cumulative_logprob)  # fmt: skip
+            node = BeamNode(beam, parent, "pruned", step, p.step, branch_at,
+                            p.num_output_tokens, p.cumulative_logprob)  # fmt: skip
         else:
             seq = live[beam]
             status = "stopped" if seq.is_finished else "live"
-            node = BeamNode(beam, parent, status, step, None, seq.num_output_tokens,
+            node = BeamNode(beam, parent, status, step, None, branch_at, seq.num_output_tokens,
                             seq.cumulative_logprob)  # fmt: skip
         nodes.append(node)
     kept = {id(h) for h in search.finished}
     for h in search.hypotheses:
         status = "finished" if id(h) in kept else "outranked"
-        nodes.append(BeamNode(h.beam, h.beam, status, h.step, h.step, len(h.token_ids),
+        n = len(h.token_ids)
+        nodes.append(BeamNode(h.beam, h.beam, status, h.step, h.step, n - 1, n,
                               h.cumulative_logprob, h.score))  # fmt: skip
     return tuple(nodes)
 

@@ -11,7 +11,7 @@ import torch
 from transformers import GenerationConfig
 
 from engine import SamplingParams, StopReason
-from tests.engine.checks import GreedyChecker, assert_no_leak, run_staggered
+from tests.engine.checks import GreedyChecker, assert_no_leak, beam_events, run_staggered
 from tests.tiny_models import make_engine, make_tiny_pair
 
 PROMPTS = [
@@ -275,17 +275,11 @@ def test_the_beam_tree_and_the_copied_blocks_are_what_the_engine_did(llama_pair,
     engine.add_request("b", tokenizer.encode("a b c d e f g h i j"), beam_params(4, 2, 1.0, 16))
     group, bm = engine.groups["b"], engine.block_manager
     schedules = capture_schedules(engine)
-    forks, pruned, num_copies = set(), [], 0
+    records, num_copies = [], 0
     while engine.has_unfinished_requests():
         (out,) = engine.step()
         snap = engine.snapshot()
-        for e in snap.steps[-1].events:
-            if e.kind == "beams":  # "forked beam 5 from 2, forked beam 6 from 2, pruned 3, 4"
-                head, _, tail = e.detail.partition("pruned ")
-                for part in filter(None, head.split(", ")):
-                    _, _, child, _, parent = part.split()
-                    forks.add((int(child), int(parent)))
-                pruned += [int(b) for b in tail.split(", ")] if tail else []
+        records.append(snap.steps[-1])
         if out.finished:
             break
         (state,) = [r for r in snap.requests if r.request_id == "b"]
@@ -298,6 +292,7 @@ def test_the_beam_tree_and_the_copied_blocks_are_what_the_engine_did(llama_pair,
         num_copies += len(copied_now)
         live = {n.beam for n in engine.inspect("b").beam_tree if n.status == "live"}
         assert live == {s.index for s in group.seqs}
+    forks, pruned = beam_events(records)
     assert forks and pruned and num_copies
     tree = engine.inspect("b").beam_tree
     beams = [n for n in tree if n.status in ("live", "pruned", "stopped")]
@@ -309,6 +304,10 @@ def test_the_beam_tree_and_the_copied_blocks_are_what_the_engine_did(llama_pair,
     assert [n.num_output_tokens for n in sorted(kept, key=lambda n: -n.score)][:2] == [
         len(c.token_ids) for c in out.outputs
     ]
-    assert all(n.parent in {b.beam for b in beams} for n in tree if n.parent is not None)
+    by_beam = {n.beam: n for n in beams}
+    for n in tree[1:]:  # each branches off its parent within the parent's own tokens
+        parent = by_beam[n.parent]
+        assert parent.branch_at <= n.branch_at < n.num_output_tokens <= 16
+        assert n.branch_at <= parent.num_output_tokens
     assert_no_leak(engine)
     assert not any(b.copy_of for b in bm.blocks)  # a freed copy is no copy any more
