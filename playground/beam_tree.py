@@ -3,7 +3,9 @@
 Drawn as a tree on its side: x is the output token, each beam a lane. A beam's line starts
 where it branched off its parent (an elbow down from the parent's lane at that token) and
 ends at its node: its length now (live), when it was pruned, or, for a finished hypothesis,
-the token that finished it. Pruned beams and outranked hypotheses are grey.
+the token that finished it. Pruned beams and outranked hypotheses are grey, and so are the
+lines that lead to nothing live or kept: the paths to the live beams and to the k best
+hypotheses stand out dark.
 """
 
 from engine.inspection import BeamNode
@@ -22,13 +24,18 @@ BEAM_STATUS_NAMES = {
 MAX_LABELLED = 24  # beyond this many nodes only live and finished ones carry a label
 
 
-def _lanes(nodes: tuple[BeamNode, ...]) -> list[int]:
-    """Each node's row, depth first from beam 0 with a beam's children right under it, the
-    latest to branch off first: then no elbow crosses another line."""
+def _children(nodes: tuple[BeamNode, ...]) -> dict[int, list[int]]:
+    """beam id -> the nodes that hang from it (its forks and its hypotheses)."""
     children: dict[int, list[int]] = {}
     for i, n in enumerate(nodes):
         if n.parent is not None:
             children.setdefault(n.parent, []).append(i)
+    return children
+
+
+def _depth_first(nodes: tuple[BeamNode, ...], children: dict[int, list[int]]) -> list[int]:
+    """Node indices depth first from beam 0, a beam's children right after it, the latest to
+    branch off first: drawn in this order, top to bottom, no elbow crosses another line."""
     order, stack = [], [i for i, n in enumerate(nodes) if n.parent is None]
     while stack:
         i = stack.pop()
@@ -36,10 +43,30 @@ def _lanes(nodes: tuple[BeamNode, ...]) -> list[int]:
         if not _is_hypothesis(nodes[i]):
             kids = children.get(nodes[i].beam, [])
             stack += sorted(kids, key=lambda k: (nodes[k].branch_at, -k))  # latest on top
+    return order
+
+
+def _lanes(nodes: tuple[BeamNode, ...]) -> list[int]:
+    """Each node's row."""
     lanes = [0] * len(nodes)
-    for row, i in enumerate(order):
+    for row, i in enumerate(_depth_first(nodes, _children(nodes))):
         lanes[i] = row
     return lanes
+
+
+def _reach(nodes: tuple[BeamNode, ...]) -> list[int | None]:
+    """Per node, the output token up to which its line leads on to a live beam or a kept
+    hypothesis (the winning paths, drawn dark); None where it leads to none."""
+    children = _children(nodes)
+    reach: list[int | None] = [None] * len(nodes)
+    for i in reversed(_depth_first(nodes, children)):  # children before their parent
+        n = nodes[i]
+        if n.status not in GREYED:
+            reach[i] = n.num_output_tokens
+        elif not _is_hypothesis(n):
+            on = [nodes[k].branch_at for k in children.get(n.beam, []) if reach[k] is not None]
+            reach[i] = max(on, default=None)
+    return reach
 
 
 def _is_hypothesis(n: BeamNode) -> bool:
@@ -71,22 +98,22 @@ def _hover(n: BeamNode) -> str:
 def beam_tree_spec(nodes: tuple[BeamNode, ...], title: str = "Beam tree") -> dict:
     """`nodes` from RequestDetail.beam_tree: the beams (live, ended early or pruned) and the
     hypotheses they finished, as a tree of elbow lines with a marker per node."""
-    lanes = _lanes(nodes)
+    lanes, reach = _lanes(nodes), _reach(nodes)
     row_of = {n.beam: lanes[i] for i, n in enumerate(nodes) if not _is_hypothesis(n)}
-    lines = {True: ([], []), False: ([], [])}  # greyed? -> (x, y) polylines, None-separated
+    lines = {LINE: ([], []), GREY_LINE: ([], [])}  # colour -> (x, y) polylines, None-separated
     for i, n in enumerate(nodes):
-        y = lanes[i]
-        xs, ys = lines[n.status in GREYED]
-        if n.parent is None:
-            xs += [0, n.num_output_tokens, None]
-            ys += [y, y, None]
-        else:
-            xs += [n.branch_at, n.branch_at, n.num_output_tokens, None]
-            ys += [row_of[n.parent], y, y, None]
+        y, start, end = lanes[i], n.branch_at, n.num_output_tokens
+        elbow = ([], []) if n.parent is None else ([start], [row_of[n.parent]])
+        if reach[i] is None:
+            _line(lines[GREY_LINE], [*elbow[0], start, end], [*elbow[1], y, y])
+            continue
+        _line(lines[LINE], [*elbow[0], start, reach[i]], [*elbow[1], y, y])
+        if reach[i] < end:  # its own tail past the last fork that goes on
+            _line(lines[GREY_LINE], [reach[i], end], [y, y])
     traces = [
         {"type": "scatter", "mode": "lines", "x": xs, "y": ys, "hoverinfo": "skip",
-         "line": {"color": GREY_LINE if grey else LINE, "width": 1.5}, "showlegend": False}
-        for grey, (xs, ys) in lines.items() if xs
+         "line": {"color": colour, "width": 2 if colour == LINE else 1.5}, "showlegend": False}
+        for colour, (xs, ys) in reversed(lines.items()) if xs
     ]  # fmt: skip
     labelled = len(nodes) <= MAX_LABELLED
     for status, colour in BEAM_STATUS_COLOURS.items():
@@ -112,6 +139,11 @@ def beam_tree_spec(nodes: tuple[BeamNode, ...], title: str = "Beam tree") -> dic
     height = max(220, min(640, 90 + rows * 18))
     return _spec(title, traces, height=height, xaxis=xaxis, yaxis=yaxis,
                  margin={"l": 12, "r": 12, "t": 56, "b": 40})  # fmt: skip
+
+
+def _line(into: tuple[list, list], xs: list, ys: list) -> None:
+    into[0].extend([*xs, None])
+    into[1].extend([*ys, None])
 
 
 def _node_text(n: BeamNode) -> str:
