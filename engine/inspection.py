@@ -3,7 +3,6 @@
 import time
 from dataclasses import asdict, dataclass
 
-from engine.beam_search import BeamSearch
 from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from engine.sequence import SequenceGroup
 from engine.telemetry import EngineSnapshot, RequestState
@@ -234,7 +233,7 @@ def request_state(group: SequenceGroup, now: float | None = None, blocks=None) -
 def beam_tree(group: SequenceGroup) -> tuple[BeamNode, ...]:
     """The beam search's tree so far: every beam (forked, then pruned or still live), then
     every hypothesis it finished; empty before its first token."""
-    search: BeamSearch = group.beams
+    search = group.beams
     if search is None or search.first_step is None:
         return ()
     live = {s.index: s for s in group.seqs}
