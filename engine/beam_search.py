@@ -12,8 +12,13 @@ and the best live beam, scored at its current length, does not beat the worst of
 Sums and scores are float32, as in transformers, so equal inputs rank alike. The engine turns
 the candidates into sequences: a parent's first candidate extends it, the others fork it (the
 fork shares its blocks), and a beam with no candidate is pruned.
+
+The search also keeps its tree for the inspector: where each beam forked from and at which
+step (`forks`), when each pruned beam ended and with what (`pruned`), and every hypothesis it
+finished, with the beam it came from (`hypotheses`).
 """
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -32,6 +37,26 @@ class BeamHypothesis:
     cumulative_logprob: float
     score: float  # cumulative_logprob / len(token_ids) ** length_penalty
     stop_reason: StopReason
+    beam: int = 0  # the beam it ended
+    step: int = 0  # the engine step it finished at
+
+
+@dataclass(frozen=True, slots=True)
+class BeamFork:
+    """Where a beam branched off: its parent, the step, the output tokens it took from it."""
+
+    parent: int
+    step: int
+    num_output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class PrunedBeam:
+    """A beam that had no candidate left: when it ended, and its length and score then."""
+
+    step: int
+    num_output_tokens: int
+    cumulative_logprob: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,15 +88,24 @@ class BeamSearch:
         self.num_generated = 0  # tokens computed for all beams, over all steps
         self.num_preemptions = 0  # of the whole group
         self._next_beam_id = 1  # the prompt's sequence is beam 0
+        self.first_step: int | None = None  # the engine step of the first token
+        self.forks: dict[int, BeamFork] = {}  # beam -> where it forked
+        self.pruned: dict[int, PrunedBeam] = {}
+        self.hypotheses: list[BeamHypothesis] = []  # every one finished, in order
+        self._forks_to_come: deque[BeamFork] = deque()  # asked for by the last step()
 
     def new_beam_id(self) -> int:
+        """The id of the next fork, in the order step() returned the candidates: a parent's
+        first candidate extends it, each later one forks it."""
         self._next_beam_id += 1
+        self.forks[self._next_beam_id - 1] = self._forks_to_come.popleft()
         return self._next_beam_id - 1
 
     @torch.inference_mode()
     def step(self, beams: list[Sequence], logits: torch.Tensor) -> list[BeamCandidate]:
         """One token for all `beams` (equal lengths), from their logits (len(beams), vocab).
-        Returns the next live beams, best first (none once `done`); updates `finished`."""
+        Returns the next live beams, best first (none once `done`); updates `finished` and
+        the tree (the beams left without a candidate are pruned)."""
         assert not self.done and logits.shape[0] == len(beams), (logits.shape, len(beams))
         self.num_generated += len(beams)
         logprobs = torch.log_softmax(logits.float().cpu(), dim=-1)  # (m, vocab)
@@ -82,6 +116,9 @@ class BeamSearch:
         num_generated = beams[0].num_output_tokens + 1  # with this step's token
         scale = float(num_generated) ** self.length_penalty
         scores = (values / scale).tolist()
+        step = beams[0].clock.step
+        if self.first_step is None:
+            self.first_step = step
         running, ended = [], []
         for rank, (value, index, score) in enumerate(
             zip(values.tolist(), indices.tolist(), scores, strict=True)
@@ -94,12 +131,26 @@ class BeamSearch:
             elif rank < self.width:  # only the top k candidates may end the search
                 tokens = (*parent.output_token_ids, token_id)
                 text = self.decode(list(tokens))
-                ended.append(BeamHypothesis(tokens, text, value, score, reason))
+                ended.append(BeamHypothesis(tokens, text, value, score, reason, parent.index, step))
+        self.hypotheses += ended
         self.finished = sorted(self.finished + ended, key=lambda h: -h.score)[: self.width]
         if len(running) < self.width or not self._can_improve(running[0], num_generated):
             self.done = True
-            return []
+            running = []
+        self._note_tree(beams, running, step)
         return running
+
+    def _note_tree(self, beams: list[Sequence], running: list[BeamCandidate], step: int):
+        assert not self._forks_to_come, "every fork of the last step has its id"
+        extended = set()
+        for c in running:
+            if c.parent.index in extended:
+                fork = BeamFork(c.parent.index, step, c.parent.num_output_tokens)
+                self._forks_to_come.append(fork)
+            extended.add(c.parent.index)
+        for b in beams:
+            if b.index not in extended:
+                self.pruned[b.index] = PrunedBeam(step, b.num_output_tokens, b.cumulative_logprob)
 
     def _stop_reason(self, parent: Sequence, token_id: int, num_generated: int):
         if token_id in self.eos_token_ids:

@@ -21,6 +21,8 @@ class Block:
     ref_count: int = 0
     hash: int | None = None
     token_ids: tuple[int, ...] = ()  # of a hashed block: checked on a hit, against collisions
+    # a copy-on-write copy, while it is held: (the block it was copied from, the step then)
+    copy_of: tuple[int, int] | None = None
 
 
 class BlockManager:
@@ -103,8 +105,8 @@ class BlockManager:
 
         `computed_blocks` (from get_computed_blocks, on a first admission) are shared first and
         advance `seq.num_computed_tokens`. A shared, partly filled last block is copied before
-        it is written (copy-on-write, after an n > 1 fork). Returns the (src, dst) block copies
-        the runner must do before the forward.
+        it is written (copy-on-write, after a fork; the copy keeps `copy_of` while held).
+        Returns the (src, dst) block copies the runner must do before the forward.
         """
         assert self.can_allocate(seq, num_new_tokens, computed_blocks)
         if self.enable_prefix_caching and not seq.block_table and seq.num_computed_tokens == 0:
@@ -121,6 +123,7 @@ class BlockManager:
             if last.ref_count > 1:  # shared with a sibling: write into a private copy
                 new_id = self._pop_free()
                 self._take(new_id)
+                self.blocks[new_id].copy_of = (last.block_id, seq.clock.step)
                 last.ref_count -= 1
                 seq.block_table[-1] = new_id
                 copies.append((last.block_id, new_id))
@@ -143,6 +146,7 @@ class BlockManager:
             assert block.ref_count > 0, f"block {block_id} freed twice"
             block.ref_count -= 1
             if block.ref_count == 0:
+                block.copy_of = None
                 if block.hash is not None:
                     self.evictable[block_id] = None
                 else:
@@ -162,6 +166,7 @@ class BlockManager:
             assert block.ref_count == refs[block.block_id], f"block {block.block_id} ref count"
             in_pool = block.block_id in free or block.block_id in evictable
             assert in_pool == (block.ref_count == 0), f"block {block.block_id} lost"
+            assert not (in_pool and block.copy_of), f"block {block.block_id}: a stale copy"
             if block.block_id in evictable:
                 assert block.hash is not None and self.hash_to_block[block.hash] == block.block_id
         for h, block_id in self.hash_to_block.items():

@@ -33,6 +33,23 @@ class SequenceDetail:
 
 
 @dataclass(frozen=True, slots=True)
+class BeamNode:
+    """A node of a beam search's tree: a beam, or a hypothesis a beam finished."""
+
+    beam: int  # the beam's id; of a hypothesis, the beam that ended in it
+    parent: int | None  # the beam it hangs from: a fork's parent, a hypothesis's beam (beam 0:
+    # None)
+    status: str  # "live" | "stopped" (ended early: cancelled, ...) | "pruned" | "finished"
+    # (a hypothesis among the k best) | "outranked" (a hypothesis pushed out of them)
+    step: int  # the step it began at: a fork's, a hypothesis's, beam 0's first token's
+    end_step: int | None  # the step a pruned beam or a hypothesis ended at; None: not yet
+    branch_at: int  # the output tokens it took from its parent (beam 0: none)
+    num_output_tokens: int
+    cumulative_logprob: float
+    score: float | None = None  # a hypothesis's: cumulative logprob / length ** penalty
+
+
+@dataclass(frozen=True, slots=True)
 class RequestDetail:
     request_id: str
     prompt: str | None
@@ -41,6 +58,7 @@ class RequestDetail:
     arrival: float
     first_token: float | None
     finished: float | None
+    beam_tree: tuple[BeamNode, ...] = ()  # a beam search's beams, then its hypotheses
 
 
 def request_output(group: SequenceGroup) -> RequestOutput:
@@ -130,7 +148,8 @@ def num_preemptions(group: SequenceGroup) -> int:
 def build_snapshot(engine) -> EngineSnapshot:
     live = list(engine.groups.values())
     now = time.monotonic()
-    states = [request_state(g, now) for g in live] + list(engine.finished_states)
+    blocks = engine.block_manager.blocks
+    states = [request_state(g, now, blocks) for g in live] + list(engine.finished_states)
     num_running = sum(s.status == "running" for s in states[: len(live)])
     c, bm, tel = engine.config, engine.block_manager, engine.telemetry
     return EngineSnapshot(
@@ -159,7 +178,8 @@ def build_snapshot(engine) -> EngineSnapshot:
     )
 
 
-def request_state(group: SequenceGroup, now: float | None = None) -> RequestState:
+def request_state(group: SequenceGroup, now: float | None = None, blocks=None) -> RequestState:
+    """`blocks`: the BlockManager's blocks, to name the request's copy-on-write copies."""
     finished = group.is_finished
     seq = group.seqs[0] if group.seqs else None  # None: a beam search that is done
     now = time.monotonic() if now is None else now
@@ -174,6 +194,13 @@ def request_state(group: SequenceGroup, now: float | None = None) -> RequestStat
     beams = ()
     if group.beams is not None and not finished:
         beams = tuple((s.index, s.detokenizer.text, s.cumulative_logprob) for s in group.seqs)
+    tables = ()
+    if len(group.seqs) > 1 and not finished:
+        tables = tuple(tuple(s.block_table) for s in group.seqs)
+    copies = ()
+    if blocks is not None:
+        held = sorted({b for s in group.seqs for b in s.block_table})
+        copies = tuple((b, *blocks[b].copy_of) for b in held if blocks[b].copy_of is not None)
     return RequestState(
         request_id=group.request_id,
         status=group.status.value,
@@ -198,7 +225,39 @@ def request_state(group: SequenceGroup, now: float | None = None) -> RequestStat
         preempted_spans=spans,
         beam_width=group.params.beam_width,
         beams=beams,
+        seq_block_tables=tables,
+        copied_blocks=copies,
     )
+
+
+def beam_tree(group: SequenceGroup) -> tuple[BeamNode, ...]:
+    """The beam search's tree so far: every beam (forked, then pruned or still live), then
+    every hypothesis it finished; empty before its first token."""
+    search = group.beams
+    if search is None or search.first_step is None:
+        return ()
+    live = {s.index: s for s in group.seqs}
+    nodes = []
+    for beam in (0, *search.forks):
+        fork = search.forks.get(beam)
+        parent, step, branch_at = (None, search.first_step, 0) if fork is None else (
+            fork.parent, fork.step, fork.num_output_tokens)  # fmt: skip
+        if (p := search.pruned.get(beam)) is not None:
+            node = BeamNode(beam, parent, "pruned", step, p.step, branch_at,
+                            p.num_output_tokens, p.cumulative_logprob)  # fmt: skip
+        else:
+            seq = live[beam]
+            status = "stopped" if seq.is_finished else "live"
+            node = BeamNode(beam, parent, status, step, None, branch_at, seq.num_output_tokens,
+                            seq.cumulative_logprob)  # fmt: skip
+        nodes.append(node)
+    kept = {id(h) for h in search.finished}
+    for h in search.hypotheses:
+        status = "finished" if id(h) in kept else "outranked"
+        n = len(h.token_ids)
+        nodes.append(BeamNode(h.beam, h.beam, status, h.step, h.step, n - 1, n,
+                              h.cumulative_logprob, h.score))  # fmt: skip
+    return tuple(nodes)
 
 
 def request_detail(group: SequenceGroup, tokenizer) -> RequestDetail:
@@ -242,4 +301,5 @@ def request_detail(group: SequenceGroup, tokenizer) -> RequestDetail:
         arrival=group.arrival_time,
         first_token=group.first_token_time,
         finished=group.finished_time,
+        beam_tree=beam_tree(group),
     )

@@ -70,6 +70,11 @@ class RequestState:
     beam_width: int = 1
     beams: tuple[tuple[int, str, float], ...] = ()  # live beams: (beam id, text, cumulative
     # logprob), best first, while a beam search runs
+    # every live sequence's KV blocks (the n completions, or the beams in `beams`' order),
+    # when it has more than one: the blocks they share show as shared in the block map
+    seq_block_tables: tuple[tuple[int, ...], ...] = ()
+    # its live copy-on-write copies: (block, the block it was copied from, the step then)
+    copied_blocks: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

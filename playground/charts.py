@@ -26,6 +26,7 @@ PREEMPT_COLOUR = "#ef4444"
 LOST_COLOUR = "rgba(239, 68, 68, 0.35)"  # the time a preemption cost, over its request's bar
 PLOTLY_CONFIG = {"displayModeBar": False}  # redrawn up to 2x/s: zoom tools only flicker
 FREE_COLOUR, CACHED_COLOUR, SHARED_COLOUR = "#eef2f7", "#cbd5e1", "#0f172a"
+COPIED_COLOUR = "#f97316"  # a live copy-on-write copy of a fork
 MAX_CHART_STEPS = 200  # per-step charts draw the latest steps only: redrawn up to 2x/s
 MAX_TIMELINE_REQUESTS = 24
 MAX_KV_CELLS = 2048  # the block map draws at most this many blocks
@@ -226,31 +227,65 @@ def stop_reason_spec(snap: EngineSnapshot, title: str = "Why requests stopped") 
     return _spec(title, traces, showlegend=False, yaxis=yaxis)
 
 
+def _block_holders(snap: EngineSnapshot, total: int) -> list[dict[str, list[int]]]:
+    """Per block: request id -> the sequences holding it (beam ids of a beam search, else
+    completion indices; a request's one sequence is 0)."""
+    holders: list[dict[str, list[int]]] = [{} for _ in range(total)]
+    for r in snap.requests:
+        tables = r.seq_block_tables or (r.block_table,)
+        ids = [beam for beam, _, _ in r.beams] if r.beams else range(len(tables))
+        for seq, table in zip(ids, tables, strict=False):
+            for b in table:
+                if b < total:
+                    holders[b].setdefault(r.request_id, []).append(seq)
+    return holders
+
+
+def _block_text(b: int, held: dict[str, list[int]], beam_ids: set[str], copy) -> str:
+    """A held block's hover text: who holds it, and where a copy-on-write copy came from."""
+    names = []
+    for rid, seqs in held.items():
+        noun = "beam" if rid in beam_ids else "completion"
+        if len(seqs) > 1:
+            names.append(f"{len(seqs)} {noun}s of {rid}")
+        else:
+            names.append(f"{rid} beam {seqs[0]}" if rid in beam_ids else rid)
+    copied = "" if copy is None else f"copied from block {copy[0]} at step {copy[1]}"
+    if len(names) > 1 or len(next(iter(held.values()))) > 1:
+        return f"block {b}: shared by {', '.join(names)}" + (f"; {copied}" if copied else "")
+    return f"block {b}: {copied} ({names[0]})" if copied else f"block {b}: {names[0]}"
+
+
 def kv_block_spec(
     snap: EngineSnapshot, colours: dict[str, str] | None = None, title: str | None = None
 ) -> dict:
-    """The KV pool as a grid: a cell per block, coloured by the request that holds it."""
+    """The KV pool as a grid: a cell per block, coloured by the request that holds it; a block
+    several sequences hold (ref count > 1: beams or completions of one request, or requests
+    sharing a cached prefix) is dark, a live copy-on-write copy (a fork's own copy of its
+    parent's partly filled last block) is orange."""
     colours = colours or {}
     total = min(snap.kv_blocks_total, MAX_KV_CELLS)
-    owners: list[list[str]] = [[] for _ in range(total)]
-    for r in snap.requests:
-        for b in r.block_table:
-            if b < total:
-                owners[b].append(r.request_id)
+    holders = _block_holders(snap, total)
+    copies = {b: (src, at) for r in snap.requests for b, src, at in r.copied_blocks}
+    beam_ids = {r.request_id for r in snap.requests if r.beam_width > 1}
     cached = set(snap.kv_cached_block_ids)
-    palette, z, text = [FREE_COLOUR, CACHED_COLOUR, SHARED_COLOUR], [], []
-    index = {}
-    for b, own in enumerate(owners):
-        if len(own) > 1:
+    palette, z, text = [FREE_COLOUR, CACHED_COLOUR, SHARED_COLOUR, COPIED_COLOUR], [], []
+    index, num_shared, num_copied = {}, 0, 0
+    for b, held in enumerate(holders):
+        if held:
+            text.append(_block_text(b, held, beam_ids, copies.get(b)))
+        if sum(map(len, held.values())) > 1:
             z.append(2)
-            text.append(f"block {b}: shared by {', '.join(own)}")
-        elif own:
-            rid = own[0]
+            num_shared += 1
+        elif b in copies and held:
+            z.append(3)
+            num_copied += 1
+        elif held:
+            rid = next(iter(held))
             if rid not in index:
                 index[rid] = len(palette)
                 palette.append(colours.get(rid, "#60a5fa"))
             z.append(index[rid])
-            text.append(f"block {b}: {rid}")
         elif b in cached:
             z.append(1)
             text.append(f"block {b}: cached")
@@ -276,8 +311,9 @@ def kv_block_spec(
         {"type": "scatter", "mode": "markers", "x": [None], "y": [None], "name": name,
          "marker": {"symbol": "square", "size": 10, "color": colour}, "hoverinfo": "skip"}
         for name, colour in (("free", FREE_COLOUR), ("cached (evictable)", CACHED_COLOUR),
-                             ("shared by several", SHARED_COLOUR), ("held: colour of its user",
-                             "#60a5fa"))
+                             (f"shared, ref count > 1 ({num_shared})", SHARED_COLOUR),
+                             (f"copied on write ({num_copied})", COPIED_COLOUR),
+                             ("held: colour of its user", "#60a5fa"))
     ]  # fmt: skip
     title = title or (
         f"KV blocks: {snap.kv_blocks_used} used, {snap.kv_blocks_cached} cached, "

@@ -2,10 +2,13 @@
 
 from engine import RequestDetail, SequenceDetail
 from engine.llm_engine import MAX_FINISHED_KEPT
+from playground.beam_tree import beam_tree_spec
 from playground.cards import badge, esc
+from playground.charts import as_json
 from playground.why import waiting_label
 
 SHOWN_PARAMS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "n", "logprobs", "stop")
+BEAM_PARAMS = ("beam_width", "length_penalty")  # shown for a beam search
 MAX_TOKEN_CHIPS = 600  # per token list; the rest is summarized
 VISIBLE = str.maketrans({"Ġ": "␣", "Ċ": "↵", "ĉ": "⇥", " ": "␣", "\n": "↵"})
 
@@ -89,6 +92,16 @@ def _sequence(seq: SequenceDetail, num_seqs: int) -> str:
     )
 
 
+def _beam_tree(detail: RequestDetail) -> str:
+    """A beam search's tree as a figure the page draws (assets/beam_tree.js), or nothing."""
+    if not detail.beam_tree:
+        return ""
+    beams = sum(n.status in ("live", "pruned", "stopped") for n in detail.beam_tree)
+    title = f"Beam tree of {detail.request_id}: {beams} beams, {beams - 1} forks"
+    figure = esc(as_json(beam_tree_spec(detail.beam_tree, title)))
+    return f'<h4>beam tree</h4><div class="pg-beam-tree" data-figure="{figure}"></div>'
+
+
 def render_inspector(
     detail: RequestDetail | None, deltas: tuple[tuple[int, str], ...], request_id: str | None
 ) -> str:
@@ -101,14 +114,15 @@ def render_inspector(
             "answered yet."
             "</div>"
         )
-    params = ", ".join(f"{k}={v!r}" for k, v in detail.sampling.items() if k in SHOWN_PARAMS)
+    shown = SHOWN_PARAMS + BEAM_PARAMS * (detail.sampling.get("beam_width", 1) > 1)
+    params = ", ".join(f"{k}={v!r}" for k, v in detail.sampling.items() if k in shown)
     seqs = "".join(_sequence(q, len(detail.seqs)) for q in detail.seqs)
     items = "".join(
         f"<li><b>step {step}</b> <code>{esc(repr(d))}</code></li>" for step, d in deltas
     )
     return (
         f'<div class="pg-inspector"><div class="pg-insp-head"><b>{esc(detail.request_id)}</b>'
-        f' <span class="pg-muted">{esc(params)}</span></div>{seqs}'
+        f' <span class="pg-muted">{esc(params)}</span></div>{_beam_tree(detail)}{seqs}'
         f"<h4>RequestOutput deltas, in the order they were sent ({len(deltas)})</h4>"
         f'<ol class="pg-deltas">{items or "<li class=pg-muted>none yet</li>"}</ol></div>'
     )

@@ -159,9 +159,10 @@ SCENARIOS: dict[str, Scenario] = {
             title="Beam search: shared blocks",
             what_to_watch="Three users ask for beam search (4 beams each) next to three chats. "
             "Each beam is a sequence forked from its parent: it shares every full KV block "
-            "(dark cells in the block map) and copies only the partly filled last one; the "
-            "step log says which beams forked and which were pruned (their blocks freed at "
-            "once), and each beam user's card lists its live beams.",
+            "(dark cells in the block map) and copies only the partly filled last one "
+            "(orange); the step log says which beams forked and which were pruned (their "
+            "blocks freed at once), each beam user's card lists its live beams, and the "
+            "inspector draws a beam request's tree.",
             users=[_beamer, _chatty],
             num_users=6,
             engine_overrides={

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from playground.ui.widgets import html, plot
+from playground.ui.widgets import html, load_asset, plot
 from playground.views import PLOT_KEYS
 
 INTRO = """
@@ -76,7 +76,7 @@ def build_tabs() -> Tabs:
             with gr.Row():
                 inspect_rid = gr.Dropdown([], label="request", allow_custom_value=True, scale=4)
                 refresh_ids = gr.Button("↻ list requests", size="sm", scale=1)
-            inspector = html()
+            inspector = gr.HTML(js_on_load=load_asset("beam_tree.js"))  # draws a beam tree
     return Tabs(log, inspector_tab, inspect_rid, refresh_ids, inspector)
 
 

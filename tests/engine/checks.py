@@ -82,6 +82,19 @@ def run_staggered(engine, requests, every: int = 2):
     return finals
 
 
+def beam_events(records) -> tuple[set[tuple[int, int]], list[int]]:
+    """What the step log says the beams did, from StepRecords: the forks as (child, parent)
+    and the beams pruned, from details like "forked beam 5 from 2, pruned 3, 4"."""
+    forks, pruned = set(), []
+    for e in (e for r in records for e in r.events if e.kind == "beams"):
+        head, _, tail = e.detail.partition("pruned ")
+        for part in filter(None, head.split(", ")):
+            _, _, child, _, parent = part.split()
+            forks.add((int(child), int(parent)))
+        pruned += [int(b) for b in tail.split(", ")] if tail else []
+    return forks, pruned
+
+
 def assert_no_leak(engine):
     snap = engine.snapshot()
     assert snap.kv_blocks_used == 0, f"{snap.kv_blocks_used} KV blocks leaked"

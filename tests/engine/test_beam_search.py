@@ -11,7 +11,7 @@ import torch
 from transformers import GenerationConfig
 
 from engine import SamplingParams, StopReason
-from tests.engine.checks import GreedyChecker, assert_no_leak, run_staggered
+from tests.engine.checks import GreedyChecker, assert_no_leak, beam_events, run_staggered
 from tests.tiny_models import make_engine, make_tiny_pair
 
 PROMPTS = [
@@ -268,3 +268,46 @@ def test_beam_requests_the_engine_cannot_serve_are_refused(llama_pair, tokenizer
     with pytest.raises(ValueError, match=rf"^{field}\b") as err:
         engine.add_request("x", "hi", params)
     assert err.value.field == field and not engine.has_unfinished_requests()
+
+
+def test_the_beam_tree_and_the_copied_blocks_are_what_the_engine_did(llama_pair, tokenizer):
+    engine = make_engine(llama_pair[0], tokenizer, block_size=4, enable_prefix_caching=False)
+    engine.add_request("b", tokenizer.encode("a b c d e f g h i j"), beam_params(4, 2, 1.0, 16))
+    group, bm = engine.groups["b"], engine.block_manager
+    schedules = capture_schedules(engine)
+    records, num_copies = [], 0
+    while engine.has_unfinished_requests():
+        (out,) = engine.step()
+        snap = engine.snapshot()
+        records.append(snap.steps[-1])
+        if out.finished:
+            break
+        (state,) = [r for r in snap.requests if r.request_id == "b"]
+        tables = [tuple(s.block_table) for s in group.seqs]
+        assert state.seq_block_tables == tuple(tables)
+        copied_now = {(dst, src, snap.step) for src, dst in schedules[-1][0].blocks_to_copy}
+        held = {b for t in tables for b in t}
+        assert {c for c in copied_now if c[0] in held} <= set(state.copied_blocks)
+        assert {c[0] for c in state.copied_blocks} == {b for b in held if bm.blocks[b].copy_of}
+        num_copies += len(copied_now)
+        live = {n.beam for n in engine.inspect("b").beam_tree if n.status == "live"}
+        assert live == {s.index for s in group.seqs}
+    forks, pruned = beam_events(records)
+    assert forks and pruned and num_copies
+    tree = engine.inspect("b").beam_tree
+    beams = [n for n in tree if n.status in ("live", "pruned", "stopped")]
+    assert len(beams) == 1 + len(forks)  # beam 0, then one node per fork
+    assert {(n.beam, n.parent) for n in beams if n.parent is not None} == forks
+    assert sorted(n.beam for n in beams if n.status == "pruned") == sorted(pruned)
+    assert len(pruned) == len(beams)  # every beam ends pruned once the search is done
+    kept = [n for n in tree if n.status == "finished"]
+    assert [n.num_output_tokens for n in sorted(kept, key=lambda n: -n.score)][:2] == [
+        len(c.token_ids) for c in out.outputs
+    ]
+    by_beam = {n.beam: n for n in beams}
+    for n in tree[1:]:  # each branches off its parent within the parent's own tokens
+        parent = by_beam[n.parent]
+        assert parent.branch_at <= n.branch_at < n.num_output_tokens <= 16
+        assert n.branch_at <= parent.num_output_tokens
+    assert_no_leak(engine)
+    assert not any(b.copy_of for b in bm.blocks)  # a freed copy is no copy any more

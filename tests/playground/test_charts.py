@@ -2,6 +2,7 @@
 
 import json
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -92,6 +93,32 @@ def test_kv_block_map_owners_shared_cached_free():
     assert colour[7] == charts.CACHED_COLOUR
     assert colour[3] == charts.FREE_COLOUR and text[3] == "block 3: free"
     assert "4 used, 1 cached" in fig.layout.title.text
+
+
+def test_kv_block_map_shows_blocks_beams_share_and_the_copies_they_wrote():
+    beams = ((0, "", -1.0), (4, "", -1.5), (5, "", -2.0))
+    tables = ((0, 1, 2), (0, 1, 3), (0, 1, 6))  # beams 4 and 5 copied the partial block 2
+    beam = replace(request("req-7", blocks=tables[0]), beam_width=3, beams=beams,
+                   seq_block_tables=tables, copied_blocks=((3, 2, 41), (6, 2, 41)))  # fmt: skip
+    reqs = [beam, request("b", blocks=[9])]
+    fig = charts.kv_block_figure(snapshot(requests=reqs, blocks=16, used=6), {"req-7": "#ff0000"})
+    heat = fig.data[0]
+    cells = [v for row in heat.z for v in row]
+    text = [v for row in heat.text for v in row]
+    scale = [c for _, c in heat.colorscale]
+    colour = {i: scale[2 * int(cells[i])] for i in range(16)}
+    assert colour[0] == colour[1] == charts.SHARED_COLOUR
+    assert text[0] == "block 0: shared by 3 beams of req-7"
+    assert colour[3] == colour[6] == charts.COPIED_COLOUR
+    assert text[3] == "block 3: copied from block 2 at step 41 (req-7 beam 4)"
+    assert colour[2] == "#ff0000" and text[2] == "block 2: req-7 beam 0"
+    assert text[9] == "block 9: b" and colour[5] == charts.FREE_COLOUR
+    names = [t.name for t in fig.data[1:]]
+    assert "shared, ref count > 1 (2)" in names and "copied on write (2)" in names
+    forked = replace(beam, seq_block_tables=((0, 1, 2), (0, 1, 2), (0, 1, 6)))  # not written yet
+    text = [v for row in charts.kv_block_figure(snapshot(requests=[forked])).data[0].text
+            for v in row]  # fmt: skip
+    assert text[2] == "block 2: shared by 2 beams of req-7"
 
 
 def test_kv_block_map_caps_huge_pools():

@@ -2,6 +2,8 @@
 
 import time
 
+from engine import SamplingParams
+from playground import charts
 from playground.history import StepHistory, _deep_size
 from playground.users import UserView
 from tests.playground.driving import fixed, settled
@@ -51,6 +53,24 @@ def test_every_frame_equals_the_snapshot_of_its_step_under_kv_pressure(make_engi
         assert [r.step for r in frame.steps] == [s for s in sorted(full) if oldest <= s <= step]
     older, _ = history.frame(oldest - 10)  # past the window: the oldest step kept
     assert older.step == oldest
+
+
+def test_frames_keep_the_blocks_beams_share_and_their_copies(make_engine):
+    """A beam search next to a chat: every frame has each beam's block table and the live
+    copy-on-write copies of its step, so a rewound block map draws them as they were."""
+    engine = make_engine(enable_prefix_caching=False)
+    beams = SamplingParams(max_tokens=12, temperature=0.0, beam_width=4)
+    engine.add_request("b", "a b c d e f g", beams)
+    engine.add_request("c", "hello", fixed(10))
+    history = StepHistory()
+    full = _run(engine, history)
+    beam_states = [next(r for r in s.requests if r.request_id == "b") for s, _ in full.values()]
+    assert any(r.copied_blocks for r in beam_states)
+    assert any(r.seq_block_tables for r in beam_states)
+    for step, (snap, _) in full.items():
+        frame, _ = history.frame(step)
+        _same(frame, snap)
+        assert charts.kv_block_spec(frame) == charts.kv_block_spec(snap)
 
 
 def test_deltas_cost_far_less_than_copies(make_engine):
