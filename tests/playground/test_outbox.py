@@ -12,6 +12,24 @@ from playground.outbox import Outbox, merge, outputs
 from playground.requests import RequestHandle, RequestRejected
 
 
+def run(main):
+    """asyncio.run(main()) on a thread of its own: the suite's main thread may hold a loop."""
+    result = {}
+
+    def target():
+        try:
+            result["value"] = asyncio.run(main())
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the test's thread
+            result["error"] = exc
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
+
+
 def output(rid: str, texts: list[str], deltas: list[str], finished: bool = False):
     completions = [
         CompletionOutput(
@@ -41,7 +59,7 @@ def test_a_batch_posted_from_another_thread_wakes_the_loop_once():
         await asyncio.sleep(0.01)
         assert inboxes[0].get_nowait() == "next" and len(wakeups) == 2
 
-    asyncio.run(main())
+    run(main)
 
 
 def test_outputs_that_piled_up_come_as_one_with_the_joined_deltas():
@@ -59,7 +77,7 @@ def test_outputs_that_piled_up_come_as_one_with_the_joined_deltas():
                 handle.put(output("req-1", ["abcde"], ["e"], finished=True))
         return seen
 
-    seen = asyncio.run(main())
+    seen = run(main)
     assert [(o.outputs[0].delta, o.outputs[0].text, o.finished) for o in seen] == [
         ("abc", "abc", False),
         ("de", "abcde", True),
@@ -79,7 +97,7 @@ def test_a_refusal_after_outputs_comes_after_them():
                 seen.append(out)
         return seen
 
-    assert [o.outputs[0].delta for o in asyncio.run(main())] == ["x"]
+    assert [o.outputs[0].delta for o in run(main)] == ["x"]
 
 
 def test_nothing_to_read_gives_heartbeats():
@@ -93,7 +111,7 @@ def test_nothing_to_read_gives_heartbeats():
             if beats == 3:
                 return time.monotonic() - start
 
-    assert asyncio.run(main()) >= 0.15
+    assert run(main) >= 0.15
 
 
 def test_merge_keeps_each_choice_and_refuses_other_shapes():
