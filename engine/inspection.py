@@ -198,7 +198,8 @@ def request_state(group: SequenceGroup, now: float | None = None, blocks=None) -
     if len(group.seqs) > 1 and not finished:
         tables = tuple(tuple(s.block_table) for s in group.seqs)
     copies = ()
-    if blocks is not None:
+    forks = group.params.n > 1 or group.params.beam_width > 1  # only a fork is ever copied
+    if blocks is not None and forks:
         held = sorted({b for s in group.seqs for b in s.block_table})
         copies = tuple((b, *blocks[b].copy_of) for b in held if blocks[b].copy_of is not None)
     return RequestState(

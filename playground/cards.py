@@ -299,6 +299,17 @@ def render_log(lines: list[str], empty: str) -> str:
 
 
 # -- compare mode ---------------------------------------------------------------------------
+
+
+def compare_verdict(lanes, a: float, b: float, unit: str = "") -> str:
+    """The compare view's one line: each lane's time for the workload and their ratio."""
+    first, second = (esc(name) for name in lanes)
+    return (
+        f'<div class="pg-verdict">{first} finished the workload in {a:.2f} s{unit}, {second} '
+        f"in {b:.2f} s: <b>{b / a:.2f}×</b></div>"
+    )
+
+
 def render_scoreboard(state: BoardState) -> str:
     if not state.compare:
         return (
@@ -318,14 +329,8 @@ def render_scoreboard(state: BoardState) -> str:
             f"<tr><td>{badge(lane, 'policy')}</td><td>{st.num_finished}/{st.num_submitted}</td>"
             f"<td>{esc(when)}</td><td>{snap.totals.tokens_per_s:.1f}</td><td>{mean_ttft}</td></tr>"
         )
-    verdict = ""
     a, b = (finish.get(name) for name in state.lanes[:2])
-    if a and b:
-        verdict = (
-            f'<div class="pg-verdict">{esc(state.lanes[0])} finished the workload in '
-            f"{a:.2f} s of engine time, {esc(state.lanes[1])} in {b:.2f} s: "
-            f"<b>{b / a:.2f}×</b></div>"
-        )
+    verdict = compare_verdict(state.lanes[:2], a, b, " of engine time") if a and b else ""
     head = (
         "<tr><th>lane</th><th>finished</th><th>finish time (engine busy s)</th>"
         "<th>generated tok/s</th><th>mean TTFT</th></tr>"

@@ -168,13 +168,8 @@ def render_scoreboard(state: BoardState) -> str:
             f"{snap.num_submitted}</td><td>{cards.esc(when)}</td><td>{t.tokens_per_s:.1f}</td>"
             f"<td>{ttft}</td><td>{tpot}</td></tr>"
         )
-    verdict = ""
     a, b = (wall.get(name) for name in state.lanes[:2])
-    if a and b:
-        verdict = (
-            f'<div class="pg-verdict">{cards.esc(state.lanes[0])} finished the workload in '
-            f"{a:.2f} s, {cards.esc(state.lanes[1])} in {b:.2f} s: <b>{b / a:.2f}×</b></div>"
-        )
+    verdict = cards.compare_verdict(state.lanes[:2], a, b) if a and b else ""
     head = (
         "<tr><th>server</th><th>finished</th><th>first sent to last finished</th>"
         "<th>generated tok/s here</th><th>mean TTFT</th><th>TPOT p50</th></tr>"
