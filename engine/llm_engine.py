@@ -24,6 +24,7 @@ from engine.inspection import (
 )
 from engine.model_runner import ModelRunner, auto_num_kv_blocks
 from engine.native_model import unsupported_reason as native_unsupported_reason
+from engine.openmp import off_thread
 from engine.outputs import RequestOutput
 from engine.request_input import tokenize_prompt
 from engine.sampler import Sampler
@@ -106,6 +107,8 @@ class LLMEngine:
         """Load a model ("default", a local directory or a hub id) and build an engine.
 
         `overrides` are EngineConfig fields, e.g. max_num_seqs=8, kv_backend="hf_cache".
+        The load runs on a short-lived thread, so the caller's thread keeps no OpenMP team
+        (engine/openmp.py): the engine may then be stepped on any one thread at full speed.
         """
         unknown = set(overrides) - EngineConfig.field_names()
         if unknown:
@@ -113,8 +116,11 @@ class LLMEngine:
         config = EngineConfig(**overrides)  # validate before the slow load
         from engine.loader import load_model
 
-        loaded, tokenizer = load_model(model, device=device, dtype=dtype)
-        return cls(loaded, tokenizer, config)
+        def load():
+            loaded, tokenizer = load_model(model, device=device, dtype=dtype)
+            return cls(loaded, tokenizer, config)
+
+        return off_thread(load)
 
     # -- requests ---------------------------------------------------------------------------
     def add_request(

@@ -1,0 +1,91 @@
+"""engine/openmp.py: a load leaves the caller's thread without an OpenMP team.
+
+A thread's team is seen by name: Linux threads take their creator's name, so the workers
+libgomp starts for a thread named PROBE are named PROBE too.
+"""
+
+import ctypes
+import os
+import threading
+import time
+
+import pytest
+import torch
+
+from bench.random_models import random_model, word_tokenizer
+from engine import LLMEngine, SamplingParams
+from engine.openmp import off_thread
+
+PROBE = b"omp-probe"
+TEAM_WORKERS = torch.get_num_threads() - 1  # a team is the calling thread and these
+
+
+def parallel_op() -> None:
+    torch.ones(1 << 22).add_(1)  # far over ATen's grain size: one parallel region
+
+
+def probe_threads() -> int:
+    """Threads named PROBE, the calling one left out."""
+    me, count = threading.get_native_id(), 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm", "rb") as f:
+                named = f.read().strip() == PROBE
+        except FileNotFoundError:  # ended meanwhile
+            continue
+        count += named and int(tid) != me
+    return count
+
+
+def workers_left_by(fn) -> int:
+    """The PROBE workers still alive after `fn` ran on a fresh thread named PROBE (the
+    workers of threads that `fn` started and that ended get 5 s to go)."""
+    seen: list[int] = []
+
+    def probe():
+        ctypes.CDLL(None).prctl(15, PROBE, 0, 0, 0)  # PR_SET_NAME
+        fn()
+        deadline = time.monotonic() + 5
+        while probe_threads() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        seen.append(probe_threads())
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    thread.join()
+    return seen[0]
+
+
+def test_a_parallel_op_leaves_its_thread_a_team():
+    """The premise: a thread that ran a parallel op keeps its workers while it lives."""
+    assert workers_left_by(parallel_op) == TEAM_WORKERS
+
+
+def test_off_thread_leaves_no_team_behind():
+    assert workers_left_by(lambda: off_thread(parallel_op)) == 0
+
+
+def test_off_thread_returns_the_result_and_raises_the_error():
+    assert off_thread(lambda a, b=0: a + b, 2, b=3) == 5
+    error = KeyError("x")
+
+    def fail():
+        raise error
+
+    with pytest.raises(KeyError) as info:
+        off_thread(fail)
+    assert info.value is error
+
+
+def test_from_pretrained_leaves_the_caller_no_team(tmp_path):
+    """A server loads on its main thread and steps on a driver thread: the load must not
+    leave the main thread a team (libgomp would then make every step wait for its workers)."""
+    random_model("tiny", "cpu", torch.float32).save_pretrained(tmp_path)
+    word_tokenizer(49152).save_pretrained(tmp_path)
+    engines = []
+    left = workers_left_by(
+        lambda: engines.append(LLMEngine.from_pretrained(str(tmp_path), num_kv_blocks=4096))
+    )
+    assert left == 0
+    (out,) = engines[0].generate([[5, 6, 7]], SamplingParams(max_tokens=3, ignore_eos=True))
+    assert len(out.token_ids) == 3
