@@ -8,26 +8,14 @@ import time
 import pytest
 
 from engine import CompletionOutput, RequestMetrics, RequestOutput, StopReason
+from engine.openmp import off_thread
 from playground.outbox import Outbox, merge, outputs
 from playground.requests import RequestHandle, RequestRejected
 
 
 def run(main):
     """asyncio.run(main()) on a thread of its own: the suite's main thread may hold a loop."""
-    result = {}
-
-    def target():
-        try:
-            result["value"] = asyncio.run(main())
-        except BaseException as exc:  # noqa: BLE001 - re-raised on the test's thread
-            result["error"] = exc
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    thread.join()
-    if "error" in result:
-        raise result["error"]
-    return result["value"]
+    return off_thread(asyncio.run, main())
 
 
 def output(rid: str, texts: list[str], deltas: list[str], finished: bool = False):
