@@ -42,6 +42,8 @@ __all__ = ["TICK_S", "build_ui", "load_asset"]
 
 
 PRIVATE = dict(api_visibility="private")  # the page's own events: no Gradio API endpoint
+QUEUE_POLL_S = 0.02  # how often Gradio's queue looks for a new event (its own default: 1 ms)
+PROGRESS_POLL_S = 0.1  # ... and for progress to send (10 ms); the board sends none
 
 
 def build_ui(driver: EngineDriver, seat: Seat | None = None) -> gr.Blocks:
@@ -67,7 +69,17 @@ def build_ui(driver: EngineDriver, seat: Seat | None = None) -> gr.Blocks:
         _wire_controls(demo, callbacks, controls, tabs, lesson)
         _wire_story(callbacks, refresh, lesson, compare, stops)
         _wire_rewind(callbacks, rewind, traces, refresh, top, board, tabs, controls)
+    _poll_gently(demo)
     return demo
+
+
+def _poll_gently(demo: gr.Blocks) -> None:
+    """Gradio's queue polls for work with `asyncio.sleep`: every 1 ms on Linux, idle or not.
+    That wakes the event loop a thousand times a second, and each wake-up takes a core and the
+    GIL from the engine's forward on the driver thread. Gradio has no public setting for it,
+    so this sets its queue's two intervals; a queued event waits at most QUEUE_POLL_S more."""
+    demo._queue.sleep_when_free = QUEUE_POLL_S
+    demo._queue.progress_update_sleep_when_free = PROGRESS_POLL_S
 
 
 def _wire_refresh(demo, cb: BoardCallbacks, refresh: Refresh, top: Top, board, tabs: Tabs,

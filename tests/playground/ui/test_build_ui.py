@@ -1,8 +1,11 @@
 """build_ui: one Blocks with one timer, and every section wired."""
 
-import gradio as gr
+import asyncio
 
-from playground.ui import build_ui
+import gradio as gr
+from gradio import queueing
+
+from playground.ui import QUEUE_POLL_S, build_ui
 
 
 def test_build_ui_returns_blocks_with_one_timer(driver):
@@ -21,3 +24,27 @@ def test_every_callback_is_a_named_method_of_one_object(driver):
                 "cancel_mine", "list_requests", "inspect_request", "generate", "arrive",
                 "show_role", "toggle_seat", "leave"}  # fmt: skip
     assert expected <= names
+
+
+def test_the_idle_queue_looks_for_events_every_20_ms_not_every_1_ms(driver, monkeypatch):
+    """Gradio's queue sleeps between looks for work, 1 ms by default on Linux: an idle board
+    woke its event loop a thousand times a second, and took that from the forward."""
+    queue = build_ui(driver)._queue
+    real_sleep = asyncio.sleep
+    naps = []
+
+    async def counted(delay, *args, **kwargs):
+        naps.append(delay)
+        await real_sleep(delay, *args, **kwargs)
+
+    monkeypatch.setattr(queueing.asyncio, "sleep", counted)
+
+    async def idle_for(seconds: float):
+        looking = asyncio.create_task(queue.start_processing())
+        await real_sleep(seconds)
+        queue.stopped = True
+        await looking
+
+    asyncio.run(idle_for(0.5))
+    assert set(naps) == {QUEUE_POLL_S}
+    assert 5 <= len(naps) <= 0.5 / QUEUE_POLL_S + 2
