@@ -1,6 +1,7 @@
 """build_ui: one Blocks with one timer, and every section wired."""
 
 import asyncio
+import threading
 
 import gradio as gr
 from gradio import queueing
@@ -32,15 +33,17 @@ def test_the_idle_queue_looks_for_events_every_20_ms_not_every_1_ms(driver, monk
     woke its event loop a thousand times a second, and took that from the forward."""
     queue = build_ui(driver)._queue
     real_sleep = asyncio.sleep
-    naps = []
+    naps, ours = [], []  # this loop's naps only: other tests' queues may still run elsewhere
 
     async def counted(delay, *args, **kwargs):
-        naps.append(delay)
+        if threading.get_ident() in ours:
+            naps.append(delay)
         await real_sleep(delay, *args, **kwargs)
 
     monkeypatch.setattr(queueing.asyncio, "sleep", counted)
 
     async def idle_for(seconds: float):
+        ours.append(threading.get_ident())
         looking = asyncio.create_task(queue.start_processing())
         await real_sleep(seconds)
         queue.stopped = True
