@@ -1,6 +1,7 @@
 """Engine checks: greedy equality with a stock reference, staggered runs, no leaked blocks."""
 
 import math
+import weakref
 
 import torch
 from transformers import GenerationConfig
@@ -13,7 +14,9 @@ BF16_NEAR_TIE_ULPS = 2  # bfloat16 keeps 8 significant bits: a tie is within 2 u
 class GreedyChecker:
     """Compares engine outputs with `reference.generate(do_sample=False)` run alone."""
 
-    _memo: dict = {}  # (reference, prompt, max_tokens, eos) -> reference tokens, suite-wide
+    # reference -> {(prompt, max_tokens, eos): tokens}, suite-wide. Weak keys: the tokens go
+    # with their model, so a later model that gets a freed one's id() never reads them.
+    _memo: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
     def __init__(self, reference):
         self.reference = reference
@@ -22,15 +25,16 @@ class GreedyChecker:
 
     @torch.inference_mode()
     def reference_tokens(self, prompt_ids: list[int], max_tokens: int, eos=None) -> list[int]:
-        key = (id(self.reference), tuple(prompt_ids), max_tokens, tuple(eos or ()))
-        if key not in self._memo:
+        memo = self._memo.setdefault(self.reference, {})
+        key = (tuple(prompt_ids), max_tokens, tuple(eos or ()))
+        if key not in memo:
             config = GenerationConfig(
                 max_new_tokens=max_tokens, do_sample=False, eos_token_id=eos, pad_token_id=0
             )
             ids = torch.tensor([prompt_ids], device=self.reference.device)
             out = self.reference.generate(ids, generation_config=config)
-            self._memo[key] = out[0, len(prompt_ids) :].tolist()
-        return self._memo[key]
+            memo[key] = out[0, len(prompt_ids) :].tolist()
+        return memo[key]
 
     @torch.inference_mode()
     def check(self, prompt_ids: list[int], engine_ids: list[int], max_tokens: int, eos=None):
