@@ -21,11 +21,12 @@ KV_LEGEND = """() => [...document.querySelectorAll('#pg-plot-kv .legendtext')]
     .map(t => t.textContent)"""
 KV_HOVER = """(pattern) => document.querySelector('#pg-plot-kv .js-plotly-plot').data[0].text
     .flat().filter(t => new RegExp(pattern).test(t)).length"""
-# [nodes, title] of the tree once it is drawn with more than 4 nodes (beam 0, its forks,
-# pruned ones) and other than `before`
+# [nodes, title] of the tree once it is drawn with at least 4 nodes (beam 0 and the 3 beams
+# forked from it: a board paused right after the first forks has no pruned beam yet) and
+# other than `before`
 TREE = """(before) => { const t = document.querySelector('.pg-beam-tree');
     const points = t ? t.querySelectorAll('.scatterlayer .point').length : 0;
-    return points > 4 && points !== before && [points, t.querySelector('.gtitle').textContent]
+    return points >= 4 && points !== before && [points, t.querySelector('.gtitle').textContent]
 }"""
 SHARED = re.compile(r"shared, ref count > 1 \((\d+)\)")
 
