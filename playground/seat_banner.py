@@ -30,7 +30,7 @@ def _ordinal(n: int) -> str:
 
 
 def _seat_line(view: SeatView) -> str:
-    if view.mode is ControlMode.OPEN:
+    if view.mode is ControlMode.OPEN or view.role is Role.STRANGER:  # a page not loaded yet
         return ""
     if view.mode is ControlMode.LOCKED:
         if view.role is Role.DRIVER:

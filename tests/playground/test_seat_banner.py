@@ -18,6 +18,13 @@ def test_the_banner_says_who_drives_for_how_long_and_where_you_queue():
     assert "controls are free" in render_seat(SeatView(SEAT, Role.FREE), None, 0)
 
 
+def test_a_page_whose_load_event_has_not_run_reads_no_seat_line():
+    """Its tick came before its load event; with the seat free there is no time left to
+    show (left_s None), and rendering one raised TypeError in the tick."""
+    assert render_seat(SeatView(SEAT, Role.STRANGER), None, 0) == ""
+    assert render_seat(SeatView(SEAT, Role.STRANGER, "3f2a9b", 30.0), None, 0) == ""
+
+
 def test_the_pause_countdown_shows_in_every_mode_and_nothing_else_in_open_mode():
     open_view = SeatView(ControlMode.OPEN, Role.DRIVER)
     assert render_seat(open_view, None, 0) == ""
