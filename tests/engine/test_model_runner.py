@@ -1,12 +1,15 @@
-"""ModelRunner: decode grouping by context length, and a pool that does not fit."""
+"""ModelRunner: decode grouping by context length, a pool made without touching its memory,
+and a pool that does not fit."""
 
+import errno
 import itertools
+import os
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.model_runner import split_by_length
+from engine.model_runner import split_by_length, zeroed
 
 
 def _cost(num_blocks: list[int], ends: list[int], group_cost: int) -> int:
@@ -43,14 +46,32 @@ def test_split_by_length_cases():
     assert split_by_length([35, 34, 33], group_cost=16) == [3]  # a split would not pay
 
 
-def test_a_pool_that_cannot_be_allocated_is_a_clear_error(tiny_model, monkeypatch):
+def _resident_bytes() -> int:
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_cpu_pool_is_zeros_that_take_memory_only_where_written(dtype):
     import torch
 
+    dtype = getattr(torch, dtype)
+    shape = (8192, 16, 4, 64)  # 256 MiB in float32, 128 MiB in bfloat16
+    before = _resident_bytes()
+    pool = zeroed(shape, dtype, torch.device("cpu"))
+    assert pool.shape == shape and pool.dtype == dtype and pool.is_contiguous()
+    assert not pool.any()  # reading untouched pages maps the kernel's zero page, no memory
+    assert _resident_bytes() - before < 16 * 2**20  # torch.zeros: the whole pool
+    pool[3] = 1.5
+    assert _resident_bytes() - before < 16 * 2**20  # one block written: a few pages more
+    assert pool[3].eq(1.5).all() and not pool[4].any() and not pool[2].any()
+
+
+def test_a_pool_that_cannot_be_allocated_is_a_clear_error(tiny_model, monkeypatch):
     from engine import EngineConfig, LLMEngine, model_runner
 
     def no_memory(*args, **kwargs):
-        raise torch.OutOfMemoryError("simulated: no memory for the pool")
+        raise OSError(errno.ENOMEM, "simulated: no memory for the pool")
 
-    monkeypatch.setattr(model_runner.torch, "zeros", no_memory)
-    with pytest.raises(ValueError, match=r"num_kv_blocks=4096 needs .* GiB"):
+    monkeypatch.setattr(model_runner.mmap, "mmap", no_memory)
+    with pytest.raises(ValueError, match=r"num_kv_blocks=4096 needs .* GiB .*OSError"):
         LLMEngine(*tiny_model, EngineConfig(num_kv_blocks=4096))
