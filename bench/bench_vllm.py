@@ -42,7 +42,7 @@ if str(ROOT) not in sys.path:  # `python bench/bench_vllm.py` from the repo root
 
 from transformers import AutoConfig, AutoTokenizer  # noqa: E402
 
-from bench.peer_http import free_port, run_server  # noqa: E402
+from bench.peer_http import free_port, run_server, stop  # noqa: E402
 from bench.workload import corpus_token_ids, describe, make_workload  # noqa: E402
 from engine.loader import _resolve_source  # noqa: E402
 from engine.model_runner import kv_geometry  # noqa: E402
@@ -80,10 +80,15 @@ def run_worker(system: str, job: dict, args, log_path: Path) -> dict:
         command = [worker_python(system, args), str(ROOT / "bench" / "peer_worker.py"), system]
         with open(log_path, "w") as log:
             start = time.time()
-            proc = subprocess.run(
+            proc = subprocess.Popen(
                 [*command, str(job_path), str(result_path)], cwd=ROOT, stdout=log,
                 stderr=subprocess.STDOUT, env=vllm_env(args) if system == "vllm" else None,
+                start_new_session=True,  # its group: the run is over when all of it is gone
             )  # fmt: skip
+            try:
+                proc.wait()
+            finally:  # interrupted too: no worker left computing beside the next run
+                stop(proc)
         if proc.returncode != 0:
             raise RuntimeError(f"exited with {proc.returncode}")
         result = json.loads(result_path.read_text())

@@ -1,10 +1,13 @@
 """bench/bench_vllm.py: its table, its flags, and the engine's side of each part for real."""
 
+import subprocess
 import sys
+import time
 
 import pytest
 
 from bench import bench_vllm
+from bench.peer_http import group_members, stop, wait_for_group
 from bench.peer_worker import wait_for_quiet
 from engine.loader import _resolve_source
 
@@ -65,6 +68,28 @@ def test_a_missing_vllm_venv_says_how_to_build_it(monkeypatch, capsys, tmp_path)
 
 def test_wait_for_quiet_gives_up_at_its_cap():
     assert wait_for_quiet(max_load=-1.0, cap_s=0.0) >= 0.0  # never quiet: returns at once
+
+
+def _leader_with_a_child(child_s: float) -> subprocess.Popen:
+    """A process, in a group of its own, that ends after 0.2 s and leaves a child that lives
+    `child_s` (as a vLLM worker outlives its parent); returned once the leader has ended."""
+    proc = subprocess.Popen(["sh", "-c", f"sleep {child_s} & sleep 0.2"], start_new_session=True)
+    proc.wait()
+    assert group_members(proc.pid)
+    return proc
+
+
+def test_stop_returns_once_the_whole_group_is_gone():
+    proc = _leader_with_a_child(1.0)
+    stop(proc)
+    assert not group_members(proc.pid)
+
+
+def test_a_child_that_will_not_end_is_killed_after_the_timeout():
+    proc = _leader_with_a_child(600.0)
+    start = time.monotonic()
+    wait_for_group(proc.pid, timeout_s=0.5)
+    assert not group_members(proc.pid) and time.monotonic() - start < 30
 
 
 @pytest.fixture
