@@ -57,6 +57,19 @@ def test_greedy_is_argmax(sampler, char_tokenizer):
     assert tokens(sampler(logits, seqs)) == logits.argmax(-1).tolist()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_greedy_takes_the_first_of_equal_maxima_as_argmax_does(sampler, char_tokenizer, dtype):
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randint(0, 3, (16, 4096), generator=g).to(dtype)  # every row has ties
+    logits[:, 0] = -1  # the first maximum is never at index 0
+    seqs = [make_seq(char_tokenizer, temperature=0.0) for _ in range(16)]
+    want = [row.eq(row.max()).nonzero()[0].item() for row in logits]  # first max, spelled out
+    assert tokens(sampler(logits, seqs)) == want == logits.argmax(-1).tolist()
+    mixed = [make_seq(char_tokenizer, temperature=0.0, repetition_penalty=1.0 + (i == 0))
+             for i in range(16)]  # fmt: skip
+    assert tokens(sampler(logits, mixed))[1:] == want[1:]  # the general path's greedy rows
+
+
 def test_greedy_ignores_seed_and_generators(sampler, char_tokenizer):
     logits = random_logits(3, seed=5)
     seqs = [make_seq(char_tokenizer, temperature=0.0, seed=s) for s in (1, 2, 3)]
