@@ -8,7 +8,6 @@ most of the time (~75-120 s on 2 cores: it compiles the model).
 """
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.peer_http import stop as stop_server
 from engine.loader import _resolve_source
 from playground.remote.prometheus import parse_metrics
 from tests.e2e.conftest import _free_port
@@ -51,16 +51,6 @@ def _wait_http(url: str, proc: subprocess.Popen, timeout_s: float, log: Path) ->
     raise AssertionError(f"{url} not ready in {timeout_s:.0f} s")
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
 @pytest.fixture(scope="module")
 def vllm_url(tmp_path_factory):
     port, log = _free_port(), tmp_path_factory.mktemp("vllm") / "vllm.log"
@@ -76,7 +66,7 @@ def vllm_url(tmp_path_factory):
         _wait_http(f"http://127.0.0.1:{port}/health", proc, VLLM_START_TIMEOUT_S, log)
         yield f"http://127.0.0.1:{port}"
     finally:
-        _stop(proc)
+        stop_server(proc)
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +82,7 @@ def board(vllm_url, tmp_path_factory):
         _wait_http(f"http://127.0.0.1:{port}/healthz", proc, APP_START_TIMEOUT_S, log)
         yield f"http://127.0.0.1:{port}", log
     finally:
-        _stop(proc)
+        stop_server(proc)
 
 
 def _run_preset(page, vllm_url: str, button: str, timeout_s: float) -> tuple[dict, list, list]:
