@@ -42,6 +42,7 @@ if str(ROOT) not in sys.path:  # `python bench/bench_vllm.py` from the repo root
 
 from transformers import AutoConfig, AutoTokenizer  # noqa: E402
 
+from bench.common import machine_info  # noqa: E402
 from bench.peer_http import free_port, run_server, stop  # noqa: E402
 from bench.workload import corpus_token_ids, describe, make_workload  # noqa: E402
 from engine.loader import _resolve_source  # noqa: E402
@@ -287,7 +288,11 @@ def main():
     shape = WORKLOADS["quick" if args.quick else args.workload]
     workload = make_workload(tokenizer, **shape)
     batch1_prompt = corpus_token_ids(tokenizer)[: args.batch1_prompt_len]
-    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; {args.model_dir}")
+    machine = machine_info()
+    print(
+        f"{machine['cpu'] or platform.machine()} ({' '.join(machine['cpu_flags'])}), "
+        f"{machine['cores']} cores; {args.model_dir}"
+    )
     print(f"workload ({'quick' if args.quick else args.workload}): {describe(workload)}")
 
     results: dict[tuple[str, str, str], dict] = {}  # (part, dtype, system) -> result
@@ -318,8 +323,7 @@ def main():
     print("\n".join(http_over_offline(results, args.dtypes)))
     if args.output_json:
         payload = {
-            "machine": {"cpu": platform.processor(), "cores": os.cpu_count(),
-                        "python": platform.python_version()},
+            "machine": machine,
             "args": {k: str(v) for k, v in vars(args).items()},
             "workload": describe(workload),
             "results": list(results.values()),

@@ -50,15 +50,34 @@ def greedy_config(max_new_tokens: int, pad_token_id: int) -> GenerationConfig:
     )
 
 
+# The CPU features that decide which kernels torch (oneDNN) and vLLM run: the bf16 ratios
+# between the two moved by 30 % between an AMX Xeon and an EPYC without AMX.
+MATMUL_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
+
+
+def cpu_facts(cpuinfo: str) -> tuple[str, list[str]]:
+    """(model name, the MATMUL_FLAGS it has) from the text of /proc/cpuinfo."""
+    name, flags = "", set()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and not name:
+            name = value.strip()
+        elif key.strip() == "flags" and not flags:
+            flags = set(value.split())
+    return name, [f for f in MATMUL_FLAGS if f in flags]
+
+
 def machine_info() -> dict:
-    cpu = platform.processor()
+    cpu, flags = platform.processor(), []
     try:
         with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
+            name, flags = cpu_facts(f.read())
+        cpu = name or cpu
+    except OSError:
         pass
     return {
         "cpu": cpu,
+        "cpu_flags": flags,
         "cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "python": platform.python_version(),
