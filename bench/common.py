@@ -60,9 +60,10 @@ def cpu_facts(cpuinfo: str) -> tuple[str, list[str]]:
     name, flags = "", set()
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
-        if key.strip() == "model name" and not name:
+        key = key.strip()
+        if key == "model name" and not name:
             name = value.strip()
-        elif key.strip() == "flags" and not flags:
+        elif key == "flags" and not flags:
             flags = set(value.split())
     return name, [f for f in MATMUL_FLAGS if f in flags]
 

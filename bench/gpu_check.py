@@ -22,7 +22,6 @@ import argparse
 import dataclasses
 import gc
 import json
-import platform
 import random
 import sys
 import time
@@ -37,7 +36,7 @@ import transformers  # noqa: E402
 from transformers import LogitsProcessorList  # noqa: E402
 from transformers.generation.configuration_utils import ContinuousBatchingConfig  # noqa: E402
 
-from bench.common import StepTimes, greedy_config  # noqa: E402
+from bench.common import StepTimes, greedy_config, machine_info  # noqa: E402
 from bench.random_models import EOS_TOKEN_ID, random_model, word_tokenizer  # noqa: E402
 from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 
@@ -280,14 +279,11 @@ def write(report: dict, out: Path) -> None:
     (out / "gpu_check.md").write_text(markdown(report))
 
 
-def machine_info(device: torch.device) -> dict:
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
-    return {
-        "device": name or device.type,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-    }
+def device_info(device: torch.device) -> dict:
+    """bench.common's machine facts, and the device the check ran on (the GPU's name)."""
+    host = machine_info()
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    return {**host, "device": gpu or host["cpu"] or device.type}
 
 
 def int_pair(text: str) -> tuple[int, int]:
@@ -317,7 +313,7 @@ def main():
     started = time.monotonic()
     report = {
         "date": time.strftime("%Y-%m-%d"),
-        "machine": machine_info(device),
+        "machine": device_info(device),
         "dtype": args.dtype,
         "models": args.models.split(","),
         "concurrency": [int(n) for n in args.concurrency.split(",")],
