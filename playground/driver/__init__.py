@@ -210,10 +210,12 @@ class EngineDriver:
     def num_stuck_steps(self) -> int:
         return self._loop.watchdog.num_stuck_steps
 
-    def watch(self, request_id: str) -> None:
-        """Keep this request's RequestDetail fresh in BoardState.details (inspector)."""
+    def watch(self, request_id: str, timeout: float = 10.0) -> RequestDetail | None:
+        """Keep this request's RequestDetail fresh in BoardState.details (inspector); blocks
+        until the driver answers with the detail as of now."""
         loop = self._loop
-        self._inbox.call(lambda: loop.publisher.watch(request_id, loop.inspect), wait=False)
+        return self._inbox.call(lambda: loop.publisher.watch(request_id, loop.inspect), True,
+                                timeout)  # fmt: skip
 
     def inspect(self, request_id: str, timeout: float = 10.0) -> RequestDetail | None:
         """engine.inspect() run by the driver thread; blocks until it answers."""

@@ -30,13 +30,15 @@ class Publisher:
         self._details: dict[str, RequestDetail] = {}
         self._stale: set[str] = set()  # watched requests that got outputs since
 
-    def watch(self, request_id: str, inspect: Inspect) -> None:
+    def watch(self, request_id: str, inspect: Inspect) -> RequestDetail | None:
+        """Keep `request_id`'s detail fresh from now on; its detail as of now."""
         self._watched[request_id] = None
         self._watched.move_to_end(request_id)
         while len(self._watched) > MAX_WATCHED:
             self._details.pop(self._watched.popitem(last=False)[0], None)
         self._refresh(request_id, inspect)
         self.dirty = True
+        return self._details.get(request_id)
 
     def touched(self, request_id: str) -> None:
         """The request got an output: its detail is refreshed with the next BoardState."""

@@ -145,6 +145,8 @@ class BoardCallbacks:
             me = cards.visitor_owner(request.session_hash)
             deltas = self.driver.deltas(rid) if rid else ()
             text = board_values(state, me, rid, deltas)
+            if not rid:  # the inspector is inspect_request's until one is picked
+                text[3] = skip
         else:
             text = [skip] * 5
         return TickOutputs(
@@ -354,8 +356,11 @@ class BoardCallbacks:
         self._visitor(request)
         if not rid:
             return render_inspector(None, (), None)
-        self.driver.watch(rid)
-        return render_inspector(self.driver.state().details.get(rid), self.driver.deltas(rid), rid)
+        try:  # the driver's answer, not the last BoardState: a tick may already draw newer
+            detail = self.driver.watch(rid)
+        except TimeoutError:  # a stuck driver (the board says so): what it last published
+            detail = self.driver.state().details.get(rid)
+        return render_inspector(detail, self.driver.deltas(rid), rid)
 
 
 def _answer_buttons(key: str) -> list:

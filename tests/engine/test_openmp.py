@@ -1,4 +1,5 @@
-"""engine/openmp.py: a load leaves the caller's thread without an OpenMP team.
+"""engine/openmp.py: a load leaves the caller's thread without an OpenMP team, and torch
+loads with a short spin of idle workers.
 
 A thread's team is seen by name: Linux threads take their creator's name, so the workers
 libgomp starts for a thread named PROBE are named PROBE too.
@@ -6,15 +7,20 @@ libgomp starts for a thread named PROBE are named PROBE too.
 
 import ctypes
 import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
 
 from bench.random_models import random_model, word_tokenizer
 from engine import LLMEngine, SamplingParams
-from engine.openmp import off_thread
+from engine.openmp import OWN_SETTINGS, SPIN_COUNT, off_thread
+
+ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = b"omp-probe"
 TEAM_WORKERS = torch.get_num_threads() - 1  # a team is the calling thread and these
@@ -89,3 +95,31 @@ def test_from_pretrained_leaves_the_caller_no_team(tmp_path):
     assert left == 0
     (out,) = engines[0].generate([[5, 6, 7]], SamplingParams(max_tokens=3, ignore_eos=True))
     assert len(out.token_ids) == 3
+
+
+SPY = """
+import os, sys
+seen = []
+class Spy:  # sees torch's first import, the moment libgomp reads its settings
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" and not seen:
+            seen.append(os.environ.get("GOMP_SPINCOUNT"))
+sys.meta_path.insert(0, Spy())
+import engine
+print(seen[0], os.environ.get("GOMP_SPINCOUNT"))
+"""
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, f"{SPIN_COUNT} None"),  # set while torch loads, then gone (children do not inherit)
+        ({"GOMP_SPINCOUNT": "50"}, "50 50"),  # the user's own
+        ({"OMP_WAIT_POLICY": "PASSIVE"}, "None None"),  # the user's policy: no spin count added
+    ],
+)
+def test_importing_the_engine_loads_torch_with_a_short_spin(env, expected):
+    base = {k: v for k, v in os.environ.items() if k not in OWN_SETTINGS}
+    out = subprocess.run([sys.executable, "-c", SPY], env={**base, **env}, cwd=ROOT,
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    assert out.stdout.split("\n")[-2] == expected, out.stdout + out.stderr

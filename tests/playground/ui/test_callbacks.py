@@ -1,4 +1,5 @@
-"""The board's callbacks: escaped refusals, the timer's interval, the watchdog banner."""
+"""The board's callbacks: escaped refusals, the timer's interval, the watchdog banner, the
+inspector."""
 
 import time
 
@@ -9,6 +10,7 @@ from playground.seat import Seat
 from playground.ui import TICK_S, build_ui
 from playground.ui.callbacks import BoardCallbacks
 from playground.ui.controls import NUM_DRIVE_CONTROLS, Knobs
+from tests.playground.driving import fixed, settled
 
 XSS = "<img src=x onerror=alert(1)>"
 
@@ -104,3 +106,22 @@ def test_the_tick_sends_the_role_until_the_page_shows_it_and_none_before_the_loa
     assert late.role == "driver:running"  # a late answer left the page behind: sent again
     assert tick(-1, -1, 0.0, None, TICK_S, "driver:running", "", visitor(demo, "s")).role \
         == gr.skip()  # fmt: skip
+
+
+def test_the_inspector_draws_the_drivers_answer_and_the_tick_keeps_an_unpicked_one(driver):
+    """Picking a request answers with its detail as the driver holds it now, even on a paused
+    board that publishes nothing new; and a tick sent before the pick (no request yet) does
+    not put the "pick a request" text back over it."""
+    demo = build_ui(driver)
+    me = visitor(demo, "a")
+    handle = driver.submit("inspect me", fixed(4), wait=True)
+    handle.result(timeout=30)
+    driver.pause()
+    html = _callback(demo, "inspect_request")(handle.request_id, me)
+    assert 'class="pg-inspector"' in html and handle.request_id in html, html
+    tick = _callback(demo, "tick")
+    unpicked = tick(-1, -1, 0.0, None, TICK_S, "", "", me)
+    assert unpicked.board != gr.skip() and unpicked.inspector == gr.skip()
+    settled(driver, lambda s: handle.request_id in s.details)  # the watch reaches the board
+    picked = tick(-1, -1, 0.0, handle.request_id, TICK_S, "", "", me)
+    assert 'class="pg-inspector"' in picked.inspector
