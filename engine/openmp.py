@@ -15,7 +15,8 @@ sleeps. On a machine that also runs anything else (the browser on a laptop, the 
 the event loop), the worker that spins holds a core the late one needs, and every op waits a
 time slice: 32 requests x 48 tokens ran at 72 tok/s (fp32, 2 cores) beside one busy process,
 against 280 tok/s alone. `load_torch` loads torch (and so libgomp, which reads its settings
-once, then) with GOMP_SPINCOUNT=3000: 125 tok/s beside the busy process, 287 alone. The
+once, then) with GOMP_SPINCOUNT=3000: 125 tok/s beside the busy process; alone, 176-304
+against the default's 215-285 (this machine's noise is larger than the difference). The
 process environment is left as it was, so programs it starts (a peer under benchmark) do not
 inherit the setting. Importing this module calls it: `engine/__init__.py` imports it first.
 """
