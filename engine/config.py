@@ -8,6 +8,7 @@ BATCHING = ("continuous", "static")
 SCHEDULING_POLICIES = ("fcfs", "priority")
 KV_BACKENDS = ("paged", "hf_cache")
 MODEL_IMPLS = ("auto", "native", "transformers")
+ATTENTION_BACKENDS = ("auto", "paged_kernel", "sdpa")
 
 
 @dataclass(slots=True)
@@ -29,6 +30,10 @@ class EngineConfig:
     # paged: "native" = the engine's fused forward (Llama-family models), "transformers" = the
     # model's own modules; "auto" = native where the family is supported and not compiling
     model_impl: str = "auto"
+    # paged decodes: "paged_kernel" = the engine's C kernel, reading each sequence's blocks in
+    # place (CPU; built with the system C compiler on first use), "sdpa" = gather the blocks,
+    # then torch's SDPA; "auto" = the kernel where it builds and fits, else sdpa
+    attention_backend: str = "auto"
 
     def __post_init__(self):
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_waiting"):
@@ -52,6 +57,7 @@ class EngineConfig:
         check_choice("scheduling_policy", self.scheduling_policy, SCHEDULING_POLICIES)
         check_choice("kv_backend", self.kv_backend, KV_BACKENDS)
         check_choice("model_impl", self.model_impl, MODEL_IMPLS)
+        check_choice("attention_backend", self.attention_backend, ATTENTION_BACKENDS)
         for name in ("enable_chunked_prefill", "enable_prefix_caching", "torch_compile"):
             if not isinstance(getattr(self, name), bool):
                 raise FieldError(name, f"{name} must be a bool, got {getattr(self, name)!r}")

@@ -9,6 +9,7 @@ from collections import Counter, deque
 
 import torch
 
+from engine import paged_kernel
 from engine.attention import ATTN_IMPLEMENTATION, register, unsupported_reason
 from engine.beam_search import BeamSearch
 from engine.block_manager import BlockManager
@@ -22,7 +23,7 @@ from engine.inspection import (
     request_output,
     request_state,
 )
-from engine.model_runner import ModelRunner, auto_num_kv_blocks
+from engine.model_runner import ModelRunner, auto_num_kv_blocks, kv_geometry
 from engine.native_model import unsupported_reason as native_unsupported_reason
 from engine.openmp import off_thread
 from engine.outputs import RequestOutput
@@ -63,12 +64,18 @@ class LLMEngine:
             )
             backend = "hf_cache"
         model_impl = _resolve_model_impl(config, backend, model)
+        attention_backend = _resolve_attention_backend(config, backend, model)
         if backend == "paged":
             register()
             model.set_attn_implementation(ATTN_IMPLEMENTATION)
             num_blocks = config.num_kv_blocks or auto_num_kv_blocks(model, config.block_size)
             self.runner = ModelRunner(
-                model, config.block_size, num_blocks, config.torch_compile, model_impl
+                model,
+                config.block_size,
+                num_blocks,
+                config.torch_compile,
+                model_impl,
+                attention_backend,
             )
         else:  # the block manager only counts: each sequence's DynamicCache holds the K/V
             num_blocks = config.num_kv_blocks or config.max_num_seqs * -(
@@ -84,6 +91,7 @@ class LLMEngine:
             enable_prefix_caching=config.enable_prefix_caching and backend == "paged",
             torch_compile=config.torch_compile and backend == "paged",
             model_impl=model_impl,
+            attention_backend=attention_backend,
         )  # resolved: what the engine really runs with
         self.block_manager = BlockManager(
             num_blocks, config.block_size, self.config.enable_prefix_caching
@@ -552,6 +560,33 @@ def _resolve_model_impl(config: EngineConfig, backend: str, model) -> str:
     if config.model_impl == "native" or (reason is None and not config.torch_compile):
         return "native"
     return "transformers"
+
+
+def _resolve_attention_backend(config: EngineConfig, backend: str, model) -> str:
+    """What the paged decodes run, "paged_kernel" or "sdpa"; FieldError if the kernel was
+    asked for and cannot serve. hf_cache runs transformers' own attention: "sdpa"."""
+    if config.attention_backend == "sdpa":
+        return "sdpa"
+    if backend != "paged":
+        reason = f"kv_backend={backend!r} keeps no paged pool"
+    else:
+        param = next(model.parameters())
+        _, _, head_dim = kv_geometry(model.config)
+        reason = paged_kernel.unsupported_reason(param.device, param.dtype, head_dim)
+    if reason is None:
+        try:
+            paged_kernel.load()
+        except paged_kernel.KernelUnavailable as exc:
+            reason = str(exc)
+    if reason is None:
+        return "paged_kernel"
+    if config.attention_backend == "paged_kernel":
+        raise FieldError(
+            "attention_backend", f"attention_backend='paged_kernel' cannot serve here: {reason}"
+        )
+    if backend == "paged":
+        logger.info("decode attention: sdpa (the paged kernel cannot serve: %s)", reason)
+    return "sdpa"
 
 
 def _eos_token_ids(model, tokenizer) -> frozenset[int]:

@@ -16,6 +16,7 @@ import os
 import torch
 import torch.fx.experimental._config as fx_config
 
+from engine import paged_kernel
 from engine.attention import AttentionContext, DecodeGroup, PrefillChunk, attention_context
 from engine.native_model import NativeDecoder
 from engine.scheduler import ScheduledSequence
@@ -120,6 +121,7 @@ class ModelRunner:
         num_blocks: int,
         torch_compile: bool = False,
         model_impl: str = "transformers",
+        attention_backend: str = "sdpa",
     ):
         self.model = model
         self.block_size = block_size
@@ -142,6 +144,8 @@ class ModelRunner:
                 f"blocks, or None to size the pool from free memory"
             ) from exc
         self._row_size = block_size * num_kv_heads * head_dim
+        # "paged_kernel": every decode in one call that reads its blocks in place
+        self._decode_kernel = paged_kernel.load() if attention_backend == "paged_kernel" else None
         self._gather_buffers = self._new_gather_buffers(0)
         # (input_ids (T,), positions (T,), logits_to_keep (S,)) -> logits (S, vocab)
         if model_impl == "native":
@@ -190,6 +194,7 @@ class ModelRunner:
             decodes=decode_groups,
             prefills=prefill_chunks,
             gather_buffers=self._reserve(decode_groups, prefill_chunks),
+            decode_kernel=self._decode_kernel,
         )
         logits = self._forward(ctx, input_ids, positions, keep)
         return logits, [s for s in packed if s.samples]
@@ -211,6 +216,7 @@ class ModelRunner:
             decodes=[],
             prefills=[PrefillChunk(0, 2, None, 2, None)],
             gather_buffers=self._gather_buffers,
+            decode_kernel=self._decode_kernel,
         )
         try:
             self._forward(ctx, [0, 0], [0, 1], [1])
@@ -219,18 +225,26 @@ class ModelRunner:
             raise RuntimeError(f"torch_compile=True: {name} could not be compiled: {exc}") from exc
 
     def _decode_groups(self, decodes: list[ScheduledSequence]) -> list[DecodeGroup]:
-        """Decodes (longest context first) in groups of similar length, see split_by_length."""
+        """Decodes (longest context first) in groups of similar length, see split_by_length;
+        one group and no mask for the kernel, which reads each context to its own length."""
         bs = self.block_size
         lens = [s.seq.num_tokens for s in decodes]  # context includes this step's token
         num_blocks = [-(-n // bs) for n in lens]
+        if self._decode_kernel is None:
+            ends = split_by_length(num_blocks)
+        else:
+            ends = [len(decodes)] if decodes else []
         groups, start = [], 0
-        for end in split_by_length(num_blocks):
+        for end in ends:
             nb = num_blocks[start]
             tables = [s.seq.block_table[:nb] for s in decodes[start:end]]
             tables = self._tensor([t + [0] * (nb - len(t)) for t in tables])  # (B, nb)
-            group_lens = self._tensor(lens[start:end]).unsqueeze(1)
-            mask = torch.arange(nb * bs, device=self.device) < group_lens  # (B, nb * bs)
-            groups.append(DecodeGroup(start, end, tables, self._additive(mask)[:, None, None, :]))
+            group_lens = self._tensor(lens[start:end])
+            mask = None
+            if self._decode_kernel is None:
+                allowed = torch.arange(nb * bs, device=self.device) < group_lens.unsqueeze(1)
+                mask = self._additive(allowed)[:, None, None, :]  # (B, 1, 1, nb * bs)
+            groups.append(DecodeGroup(start, end, tables, group_lens, mask))
             start = end
         return groups
 
@@ -254,7 +268,7 @@ class ModelRunner:
     def _reserve(self, decodes: list[DecodeGroup], prefills: list[PrefillChunk]):
         """Gather buffers with rows for the step's largest gather; they only ever grow."""
         rows = [p.context_blocks.numel() for p in prefills if p.context_blocks is not None]
-        rows += [d.blocks.numel() for d in decodes]
+        rows += [d.blocks.numel() for d in decodes if d.mask is not None]
         if max(rows, default=0) > self._gather_buffers[0].shape[0]:
             self._gather_buffers = self._new_gather_buffers(max(rows))
         return self._gather_buffers

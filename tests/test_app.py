@@ -25,6 +25,9 @@ def test_cli_flags_map_to_engine_config(monkeypatch):
     assert cfg.enable_prefix_caching is False and cfg.enable_chunked_prefill is True
     assert cfg.torch_compile is False
     assert app.engine_config(app.parse_args(["--torch-compile"])).torch_compile is True
+    assert cfg.attention_backend == "auto"
+    sdpa = app.engine_config(app.parse_args(["--attention-backend", "sdpa"]))
+    assert sdpa.attention_backend == "sdpa"
     limits = app.public_limits(app.parse_args(["--limit-max-tokens", "64", "--limit-in-flight",
                                                "2", "--request-timeout", "0"]))  # fmt: skip
     assert (limits.max_tokens, limits.max_in_flight, limits.default_timeout_s) == (64, 2, None)

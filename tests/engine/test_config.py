@@ -20,13 +20,14 @@ def test_defaults_match_the_contract():
     assert c.max_waiting == 1024
     assert c.torch_compile is False
     assert c.model_impl == "auto"
+    assert c.attention_backend == "auto"
 
 
 def test_field_names_are_the_contract_names():
     assert EngineConfig.field_names() == {
         "max_num_seqs", "max_num_batched_tokens", "block_size", "num_kv_blocks",
         "max_model_len", "batching", "scheduling_policy", "kv_backend", "enable_chunked_prefill",
-        "enable_prefix_caching", "max_waiting", "torch_compile", "model_impl",
+        "enable_prefix_caching", "max_waiting", "torch_compile", "model_impl", "attention_backend",
     }  # fmt: skip
 
 
@@ -110,3 +111,9 @@ def test_kv_backend_refuses_unknown(value):
 def test_bool_fields_refuse_non_bools(name, value):
     with pytest.raises(ValueError, match=rf"\b{name}\b"):
         EngineConfig(**{name: value})
+
+
+@pytest.mark.parametrize("value", ["flash", "SDPA", "", None, 1])
+def test_attention_backend_refuses_unknown(value):
+    with pytest.raises(ValueError, match=r"\battention_backend\b"):
+        EngineConfig(attention_backend=value)

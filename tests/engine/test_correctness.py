@@ -32,6 +32,9 @@ SCENARIOS = {
     "static": dict(batching="static", max_num_batched_tokens=16),
     "hf_cache": dict(kv_backend="hf_cache"),
     "transformers_modules": dict(model_impl="transformers", max_num_batched_tokens=16),
+    "sdpa_attention_preemption": dict(
+        attention_backend="sdpa", num_kv_blocks=24, max_num_batched_tokens=16
+    ),
     "no_prefix_cache_no_chunking": dict(
         enable_prefix_caching=False, enable_chunked_prefill=False, max_num_batched_tokens=128
     ),
@@ -47,6 +50,8 @@ def _requests(tokenizer, max_tokens=24, n=1):
 def test_greedy_equals_generate_on_tiny_models(tiny_pair, tokenizer, scenario):
     model, reference = tiny_pair
     engine = make_engine(model, tokenizer, **SCENARIOS[scenario])
+    kernel = scenario != "hf_cache" and "attention_backend" not in SCENARIOS[scenario]
+    assert engine.config.attention_backend == ("paged_kernel" if kernel else "sdpa")
     finals = run_staggered(engine, _requests(tokenizer))
     checker = GreedyChecker(reference)
     for i, prompt in enumerate(PROMPTS):
@@ -56,7 +61,7 @@ def test_greedy_equals_generate_on_tiny_models(tiny_pair, tokenizer, scenario):
     assert checker.num_exact + checker.num_near_ties == len(PROMPTS)
     assert checker.num_near_ties <= 1, "near-ties should be rare on these models"
     snap = engine.snapshot()
-    if scenario == "tiny_pool_preemption":
+    if scenario in ("tiny_pool_preemption", "sdpa_attention_preemption"):
         assert snap.totals.num_preemptions > 0
         assert sum(o.metrics.num_preemptions for o in finals.values()) > 0
     if scenario in ("staggered", "chunked_prefill", "static"):

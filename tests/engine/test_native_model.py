@@ -27,6 +27,7 @@ def _runner_logits(engine, prompt: list[int], extra: list[int]) -> torch.Tensor:
         decodes=[],
         prefills=[PrefillChunk(0, len(prompt), None, len(prompt), None)],
         gather_buffers=runner._new_gather_buffers(len(table)),
+        decode_kernel=runner._decode_kernel,
     )
     rows.append(runner._forward(ctx, prompt, list(range(len(prompt))), list(range(len(prompt)))))
     for i, token in enumerate(extra):
@@ -35,7 +36,7 @@ def _runner_logits(engine, prompt: list[int], extra: list[int]) -> torch.Tensor:
         ctx.slot_mapping = torch.tensor([slots[pos]])
         ctx.prefills = []
         mask = torch.zeros(1, 1, 1, nb * bs).masked_fill_(torch.arange(nb * bs) > pos, -torch.inf)
-        ctx.decodes = [DecodeGroup(0, 1, torch.tensor([table[:nb]]), mask)]
+        ctx.decodes = [DecodeGroup(0, 1, torch.tensor([table[:nb]]), torch.tensor([pos + 1]), mask)]
         rows.append(runner._forward(ctx, [token], [pos], [0]))
     return torch.cat(rows)
 
