@@ -5,10 +5,11 @@ each decode's blocks into a contiguous buffer and then runs SDPA over it (padded
 longest context of its group). This kernel reads every sequence's blocks where they lie, each
 to its own length. It is built once per source, compiler and CPU (about half a second) into
 $CB_PLAYGROUND_KERNEL_CACHE (else ~/.cache/cb-playground/kernels) and loaded from there
-afterwards; ctypes lets go of the GIL while it runs.
+afterwards; ctypes lets go of the GIL while it runs. Its threads are an OpenMP region on the
+libgomp that torch has loaded (the same SONAME), so it runs on torch's own team of workers.
 
 `load()` returns the kernel, or raises KernelUnavailable with the reason (no compiler, not
-GCC >= 12 or clang, ...); `unsupported_reason` says which tensors it cannot take.
+not GCC >= 12 with OpenMP, ...); `unsupported_reason` says which tensors it cannot take.
 """
 
 import ctypes
@@ -24,8 +25,16 @@ import torch
 
 SOURCE = Path(__file__).parent / "csrc" / "paged_decode.c"
 CACHE_ENV_VAR = "CB_PLAYGROUND_KERNEL_CACHE"
-FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-shared", "-fPIC")
-LIBS = ("-lpthread", "-lm")
+FLAGS = (
+    "-O3",
+    "-march=native",
+    "-fno-math-errno",
+    "-fno-trapping-math",
+    "-fopenmp",
+    "-shared",
+    "-fPIC",
+)
+LIBS = ("-lm",)
 DTYPES = (torch.float32, torch.bfloat16)
 BUILD_TIMEOUT_S = 120
 

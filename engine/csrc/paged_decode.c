@@ -9,11 +9,11 @@
  * float32 or bfloat16 throughout; scores, softmax and sums in float32; D a multiple of 16.
  *
  * Work is split into tasks of (sequence, range of KV heads), taken from a shared counter by
- * `num_threads` threads (the caller's and num_threads - 1 pthreads). Compiled with the system
- * C compiler by engine/paged_kernel.py; GCC >= 12 or clang (vector extensions).
+ * the `num_threads` threads of one OpenMP parallel region: built with -fopenmp, this library
+ * needs libgomp.so.1, which torch has loaded already, so the region runs on torch's own team.
+ * Compiled with the system C compiler by engine/paged_kernel.py; GCC >= 12 (vector extensions).
  */
 #include <math.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,8 +23,6 @@ typedef float v8 __attribute__((vector_size(32)));
 typedef float v4 __attribute__((vector_size(16)));
 typedef uint16_t v16h __attribute__((vector_size(32)));
 typedef uint32_t v16u __attribute__((vector_size(64)));
-
-#define MAX_THREADS 256
 
 typedef struct {
   int bf16;
@@ -147,18 +145,17 @@ static void run_task(const job_t *j, int task, float *scores) {
   }
 }
 
-static void *worker(void *arg) {
-  job_t *j = arg;
+static int worker(job_t *j) { /* 0, or 1 if its score buffer could not be had */
   const int G = j->num_heads / j->num_kv_heads;
   float *scores = malloc(sizeof(float) * j->heads_per_task * G * (size_t)j->max_blocks * j->block_size);
-  if (scores == NULL) return (void *)1;
+  if (scores == NULL) return 1;
   for (;;) {
     const int task = __atomic_fetch_add(&j->next_task, 1, __ATOMIC_RELAXED);
     if (task >= j->num_tasks) break;
     run_task(j, task, scores);
   }
   free(scores);
-  return NULL;
+  return 0;
 }
 
 /* Returns 0, or -1 if memory for the scores could not be had. */
@@ -168,7 +165,6 @@ int paged_decode(int bf16, const void *q, const void *k_cache, const void *v_cac
                  float scale, int num_threads) {
   job_t j = {bf16, q, k_cache, v_cache, block_tables, context_lens, out, num_heads, num_kv_heads,
              head_dim, block_size, max_blocks, scale, num_kv_heads, 1, num_seqs, 0};
-  if (num_threads > MAX_THREADS) num_threads = MAX_THREADS;
   if (num_threads < 1) num_threads = 1;
   /* Whole sequences (every head: each block read front to back) while there are enough of
    * them to keep every thread busy; else split their KV heads. */
@@ -180,15 +176,8 @@ int paged_decode(int bf16, const void *q, const void *k_cache, const void *v_cac
     j.num_tasks = num_seqs * j.tasks_per_seq;
   }
   if (num_threads > j.num_tasks) num_threads = j.num_tasks;
-  pthread_t threads[MAX_THREADS];
-  int started = 0, failed = 0;
-  for (; started < num_threads - 1; started++)
-    if (pthread_create(&threads[started], NULL, worker, &j) != 0) break; /* fewer threads */
-  failed |= worker(&j) != NULL;
-  for (int i = 0; i < started; i++) {
-    void *status;
-    pthread_join(threads[i], &status);
-    failed |= status != NULL;
-  }
+  int failed = 0;
+#pragma omp parallel num_threads(num_threads) reduction(| : failed)
+  failed |= worker(&j);
   return failed ? -1 : 0;
 }

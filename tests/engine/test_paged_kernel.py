@@ -144,3 +144,12 @@ def test_auto_falls_back_to_sdpa_and_an_explicit_kernel_names_the_field(
     hf = make_engine(model, tokenizer, kv_backend="hf_cache")
     assert hf.config.attention_backend == "sdpa"
     assert EngineConfig(attention_backend="sdpa").attention_backend == "sdpa"
+
+
+def test_the_kernel_shares_torchs_openmp_runtime():
+    """One libgomp in the process: the kernel's parallel region runs on torch's team, not on a
+    second pool of threads competing for the same cores."""
+    paged_kernel.load()
+    with open("/proc/self/maps") as maps:
+        runtimes = {line.split()[-1] for line in maps if "libgomp" in line or "libomp" in line}
+    assert len(runtimes) == 1, runtimes
