@@ -268,7 +268,8 @@ class ModelRunner:
     def _reserve(self, decodes: list[DecodeGroup], prefills: list[PrefillChunk]):
         """Gather buffers with rows for the step's largest gather; they only ever grow."""
         rows = [p.context_blocks.numel() for p in prefills if p.context_blocks is not None]
-        rows += [d.blocks.numel() for d in decodes if d.mask is not None]
+        if self._decode_kernel is None:  # the kernel reads decodes' blocks in place
+            rows += [d.blocks.numel() for d in decodes]
         if max(rows, default=0) > self._gather_buffers[0].shape[0]:
             self._gather_buffers = self._new_gather_buffers(max(rows))
         return self._gather_buffers

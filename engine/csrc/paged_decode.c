@@ -70,21 +70,29 @@ static inline float sum16(v16 x) {
   return (b[0] + b[2]) + (b[1] + b[3]);
 }
 
-static inline void prefetch_block(const void *cache, size_t block_bytes, int64_t block) {
-  const char *p = (const char *)cache + (size_t)block * block_bytes;
-  for (size_t o = 0; o < block_bytes; o += 64) __builtin_prefetch(p + o);
+/* Where key l's row (all KV heads) starts in `cache`, in elements; at the first key of a
+ * block, the next block of the table is prefetched. */
+static inline size_t key_row(const job_t *j, const void *cache, const int64_t *table, int64_t l,
+                             int64_t len) {
+  const int BS = j->block_size;
+  const size_t row_elems = (size_t)j->num_kv_heads * j->head_dim;
+  if (l % BS == 0 && l + BS < len) {
+    const size_t block_bytes = BS * row_elems * (j->bf16 ? 2 : 4);
+    const char *next = (const char *)cache + (size_t)table[l / BS + 1] * block_bytes;
+    for (size_t o = 0; o < block_bytes; o += 64) __builtin_prefetch(next + o);
+  }
+  return ((size_t)table[l / BS] * BS + l % BS) * row_elems;
 }
 
 /* KV heads h0 .. h1-1 of sequence b. C = head_dim / 16, a constant where inlined, so the
  * loops over C unroll and the vectors stay in registers. `scores` holds (heads, len). */
 static inline __attribute__((always_inline)) void attend(const job_t *j, int b, int h0, int h1,
                                                          float *scores, const int C) {
-  const int G = j->num_heads / j->num_kv_heads, D = j->head_dim, BS = j->block_size;
-  const int Hkv = j->num_kv_heads, bf16 = j->bf16, n0 = h0 * G, NH = (h1 - h0) * G;
+  const int G = j->num_heads / j->num_kv_heads, D = j->head_dim;
+  const int bf16 = j->bf16, n0 = h0 * G, NH = (h1 - h0) * G;
   const int64_t L = j->context_lens[b];
   const int64_t *table = j->block_tables + (int64_t)b * j->max_blocks;
   const size_t q_at = ((size_t)b * j->num_heads + n0) * D;
-  const size_t block_bytes = (size_t)BS * Hkv * D * (bf16 ? 2 : 4);
   v16 q[NH][C], acc[NH][C];
   float max[NH], inv_sum[NH];
   for (int n = 0; n < NH; n++) {
@@ -92,8 +100,7 @@ static inline __attribute__((always_inline)) void attend(const job_t *j, int b, 
     for (int c = 0; c < C; c++) q[n][c] = load16(j->q, bf16, q_at + (size_t)n * D + c * 16) * j->scale;
   }
   for (int64_t l = 0; l < L; l++) { /* scores = q . k */
-    if (l % BS == 0 && l + BS < L) prefetch_block(j->k_cache, block_bytes, table[l / BS + 1]);
-    const size_t row = ((size_t)table[l / BS] * BS + l % BS) * Hkv * D;
+    const size_t row = key_row(j, j->k_cache, table, l, L);
     for (int h = h0; h < h1; h++) {
       v16 k[C];
       for (int c = 0; c < C; c++) k[c] = load16(j->k_cache, bf16, row + (size_t)h * D + c * 16);
@@ -117,8 +124,7 @@ static inline __attribute__((always_inline)) void attend(const job_t *j, int b, 
     for (int c = 0; c < C; c++) acc[n][c] = (v16){0};
   }
   for (int64_t l = 0; l < L; l++) { /* out = softmax . v */
-    if (l % BS == 0 && l + BS < L) prefetch_block(j->v_cache, block_bytes, table[l / BS + 1]);
-    const size_t row = ((size_t)table[l / BS] * BS + l % BS) * Hkv * D;
+    const size_t row = key_row(j, j->v_cache, table, l, L);
     for (int h = h0; h < h1; h++) {
       v16 v[C];
       for (int c = 0; c < C; c++) v[c] = load16(j->v_cache, bf16, row + (size_t)h * D + c * 16);
