@@ -7,6 +7,7 @@
  *   block_tables  (B, nb) int64        each sequence's blocks, in order (padding unread)
  *   context_lens  (B,) int64           keys each sequence attends to, 1 .. nb * BS
  * float32 or bfloat16 throughout; scores, softmax and sums in float32; D a multiple of 16.
+ * One pass over each sequence's blocks (online softmax), so K and V are read once, together.
  *
  * Work is split into tasks of (sequence, range of KV heads), taken from a shared counter by
  * the `num_threads` threads of one OpenMP parallel region: built with -fopenmp, this library
@@ -17,12 +18,19 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __AVX512BF16__ /* -march=native on a CPU with AVX512-BF16 */
+#include <immintrin.h>
+#define HAS_DPBF16 1
+#else
+#define HAS_DPBF16 0
+#endif
 
 typedef float v16 __attribute__((vector_size(64)));
 typedef float v8 __attribute__((vector_size(32)));
 typedef float v4 __attribute__((vector_size(16)));
 typedef uint16_t v16h __attribute__((vector_size(32)));
 typedef uint32_t v16u __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
 
 typedef struct {
   int bf16;
@@ -70,102 +78,186 @@ static inline float sum16(v16 x) {
   return (b[0] + b[2]) + (b[1] + b[3]);
 }
 
-/* Where key l's row (all KV heads) starts in `cache`, in elements; at the first key of a
- * block, the next block of the table is prefetched. */
-static inline size_t key_row(const job_t *j, const void *cache, const int64_t *table, int64_t l,
-                             int64_t len) {
-  const int BS = j->block_size;
-  const size_t row_elems = (size_t)j->num_kv_heads * j->head_dim;
-  if (l % BS == 0 && l + BS < len) {
-    const size_t block_bytes = BS * row_elems * (j->bf16 ? 2 : 4);
-    const char *next = (const char *)cache + (size_t)table[l / BS + 1] * block_bytes;
-    for (size_t o = 0; o < block_bytes; o += 64) __builtin_prefetch(next + o);
-  }
-  return ((size_t)table[l / BS] * BS + l % BS) * row_elems;
+/* exp(x) for x <= 0, 16 lanes (Cephes' expf: x = n ln2 + r, a degree-7 polynomial in r,
+ * times 2^n; within 2 ulp of expf). Below -87.3 (where expf underflows) it gives ~1e-38. */
+static inline v16 exp16(v16 x) {
+  const v16 lo = (v16){0} - 87.3f;
+  const v16i low = x < lo;
+  x = (v16)(((v16i)lo & low) | ((v16i)x & ~low));
+  const v16 round = (v16){0} + 12582912.f; /* 1.5 * 2^23: adding it rounds to an integer */
+  v16 n = (x * 1.44269504f + round) - round;
+  v16 r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  v16 p = (v16){0} + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.f;
+  v16u bits = (v16u)(__builtin_convertvector(n, v16i) + 127) << 23;
+  v16 scale;
+  memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
 }
 
-/* KV heads h0 .. h1-1 of sequence b. C = head_dim / 16, a constant where inlined, so the
- * loops over C unroll and the vectors stay in registers. `scores` holds (heads, len). */
+static inline float max16(v16 x) {
+  float m = x[0];
+  for (int i = 1; i < 16; i++) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+/* Lane i of the result is the sum of d[i]'s 16 lanes: a tree of two-input shuffles, each
+ * level halving the partial sums of twice as many vectors (45 instructions for 16 sums). */
+static inline v16 reduce16(const v16 *d) {
+  v16 a[8], b[4], c[2];
+  for (int i = 0; i < 8; i++)
+    a[i] = __builtin_shufflevector(d[2 * i], d[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+           __builtin_shufflevector(d[2 * i], d[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+  for (int i = 0; i < 4; i++)
+    b[i] = __builtin_shufflevector(a[2 * i], a[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+           __builtin_shufflevector(a[2 * i], a[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+  for (int i = 0; i < 2; i++)
+    c[i] = __builtin_shufflevector(b[2 * i], b[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +
+           __builtin_shufflevector(b[2 * i], b[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+  return __builtin_shufflevector(c[0], c[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
+         __builtin_shufflevector(c[0], c[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+}
+
+static inline void prefetch_row(const void *cache, int bf16, size_t at, size_t bytes) {
+  const char *p = (const char *)cache + at * (bf16 ? 2 : 4);
+  for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o);
+}
+
+/* One query head's q . k over head_dim = 32 C/2 bfloat16 pairs, unreduced (16 partial sums):
+ * vdpbf16ps multiplies the pairs as they lie in memory, with no conversion to float32. */
+static inline v16 dot_bf16(const void *q, size_t q_at, const void *k, size_t k_at, const int C) {
+#if HAS_DPBF16
+  __m512 dot = _mm512_setzero_ps();
+  for (int c = 0; c < C / 2; c++) {
+    __m512bh qc = (__m512bh)_mm512_loadu_si512((const uint16_t *)q + q_at + c * 32);
+    __m512bh kc = (__m512bh)_mm512_loadu_si512((const uint16_t *)k + k_at + c * 32);
+    dot = _mm512_dpbf16_ps(dot, qc, kc);
+  }
+  return (v16)dot;
+#else
+  (void)q, (void)q_at, (void)k, (void)k_at, (void)C;
+  return (v16){0};
+#endif
+}
+
+/* KV heads h0 .. h1-1 of sequence b, in one pass over its blocks. Each tile of up to 16 keys
+ * (one block, or a part of a larger one) gets its 16 scores per query head as one vector, then
+ * an online softmax step (the running max and sum rescaled when the max grows) and its share of
+ * softmax . v. While a tile's rows are read, the same rows of the next block are prefetched: a
+ * few lines at a time, as a burst of a whole block would fill the core's miss buffers and
+ * stall it. C = head_dim / 16, a constant where inlined, so the loops over C unroll. */
 static inline __attribute__((always_inline)) void attend(const job_t *j, int b, int h0, int h1,
-                                                         float *scores, const int C) {
-  const int G = j->num_heads / j->num_kv_heads, D = j->head_dim;
+                                                         const int C) {
+  const int G = j->num_heads / j->num_kv_heads, D = j->head_dim, BS = j->block_size;
   const int bf16 = j->bf16, n0 = h0 * G, NH = (h1 - h0) * G;
   const int64_t L = j->context_lens[b];
   const int64_t *table = j->block_tables + (int64_t)b * j->max_blocks;
+  const size_t row_elems = (size_t)j->num_kv_heads * D, block_elems = BS * row_elems;
+  const size_t row_bytes = row_elems * (bf16 ? 2 : 4);
   const size_t q_at = ((size_t)b * j->num_heads + n0) * D;
+  const int pairs = bf16 && HAS_DPBF16 && C % 2 == 0; /* q . k by vdpbf16ps */
   v16 q[NH][C], acc[NH][C];
-  float max[NH], inv_sum[NH];
+  float max[NH], sum[NH];
   for (int n = 0; n < NH; n++) {
-    max[n] = -INFINITY;
-    for (int c = 0; c < C; c++) q[n][c] = load16(j->q, bf16, q_at + (size_t)n * D + c * 16) * j->scale;
+    max[n] = -INFINITY, sum[n] = 0.f;
+    for (int c = 0; c < C; c++) {
+      q[n][c] = load16(j->q, bf16, q_at + (size_t)n * D + c * 16);
+      acc[n][c] = (v16){0};
+    }
   }
-  for (int64_t l = 0; l < L; l++) { /* scores = q . k */
-    const size_t row = key_row(j, j->k_cache, table, l, L);
-    for (int h = h0; h < h1; h++) {
-      v16 k[C];
-      for (int c = 0; c < C; c++) k[c] = load16(j->k_cache, bf16, row + (size_t)h * D + c * 16);
-      for (int g = 0; g < G; g++) {
-        const int n = (h - h0) * G + g;
-        v16 dot = q[n][0] * k[0];
-        for (int c = 1; c < C; c++) dot += q[n][c] * k[c];
-        const float s = sum16(dot);
-        scores[n * L + l] = s;
-        max[n] = s > max[n] ? s : max[n];
+  const int64_t num_blocks = (L + BS - 1) / BS;
+  for (int64_t blk = 0; blk < num_blocks; blk++) {
+    const size_t block_at = (size_t)table[blk] * block_elems;
+    const size_t next_at = blk + 1 < num_blocks ? (size_t)table[blk + 1] * block_elems : block_at;
+    const int keys = L - blk * BS < BS ? (int)(L - blk * BS) : BS;
+    for (int t0 = 0; t0 < keys; t0 += 16) {
+      const int nt = keys - t0 < 16 ? keys - t0 : 16;
+      const size_t tile_at = block_at + (size_t)t0 * row_elems;
+      const size_t next_tile_at = next_at + (size_t)t0 * row_elems;
+      v16 s[NH], dots[NH][16];
+      for (int i = 0; i < nt; i++) { /* scores: q . k of each key, unreduced */
+        const size_t row = tile_at + (size_t)i * row_elems;
+        prefetch_row(j->k_cache, bf16, next_tile_at + (size_t)i * row_elems, row_bytes);
+        for (int h = h0; h < h1; h++) {
+          const size_t at = row + (size_t)h * D;
+          if (pairs) {
+            for (int g = 0; g < G; g++) {
+              const int n = (h - h0) * G + g;
+              dots[n][i] = dot_bf16(j->q, q_at + (size_t)n * D, j->k_cache, at, C);
+            }
+            continue;
+          }
+          v16 k[C];
+          for (int c = 0; c < C; c++) k[c] = load16(j->k_cache, bf16, at + c * 16);
+          for (int g = 0; g < G; g++) {
+            const int n = (h - h0) * G + g;
+            v16 dot = q[n][0] * k[0];
+            for (int c = 1; c < C; c++) dot += q[n][c] * k[c];
+            dots[n][i] = dot;
+          }
+        }
       }
-    }
-  }
-  for (int n = 0; n < NH; n++) { /* softmax, normalised at the end */
-    float *s = scores + n * L, sum = 0.f;
-    for (int64_t l = 0; l < L; l++) {
-      s[l] = expf(s[l] - max[n]);
-      sum += s[l];
-    }
-    inv_sum[n] = 1.f / sum;
-    for (int c = 0; c < C; c++) acc[n][c] = (v16){0};
-  }
-  for (int64_t l = 0; l < L; l++) { /* out = softmax . v */
-    const size_t row = key_row(j, j->v_cache, table, l, L);
-    for (int h = h0; h < h1; h++) {
-      v16 v[C];
-      for (int c = 0; c < C; c++) v[c] = load16(j->v_cache, bf16, row + (size_t)h * D + c * 16);
-      for (int g = 0; g < G; g++) {
-        const int n = (h - h0) * G + g;
-        const float p = scores[n * L + l];
-        for (int c = 0; c < C; c++) acc[n][c] += p * v[c];
+      for (int n = 0; n < NH; n++) { /* online softmax: s becomes the tile's weights */
+        for (int i = nt; i < 16; i++) dots[n][i] = (v16){0};
+        s[n] = reduce16(dots[n]) * j->scale;
+        for (int i = nt; i < 16; i++) s[n][i] = -INFINITY;
+        const float m = max16(s[n]);
+        if (m > max[n]) {
+          const float rescale = expf(max[n] - m);
+          sum[n] *= rescale;
+          for (int c = 0; c < C; c++) acc[n][c] *= rescale;
+          max[n] = m;
+        }
+        s[n] = exp16(s[n] - max[n]);
+        for (int i = nt; i < 16; i++) s[n][i] = 0.f;
+        sum[n] += sum16(s[n]);
+      }
+      for (int i = 0; i < nt; i++) { /* out += weights . v */
+        const size_t row = tile_at + (size_t)i * row_elems;
+        prefetch_row(j->v_cache, bf16, next_tile_at + (size_t)i * row_elems, row_bytes);
+        for (int h = h0; h < h1; h++) {
+          v16 v[C];
+          for (int c = 0; c < C; c++) v[c] = load16(j->v_cache, bf16, row + (size_t)h * D + c * 16);
+          for (int g = 0; g < G; g++) {
+            const int n = (h - h0) * G + g;
+            const float p = s[n][i];
+            for (int c = 0; c < C; c++) acc[n][c] += p * v[c];
+          }
+        }
       }
     }
   }
   for (int n = 0; n < NH; n++)
-    for (int c = 0; c < C; c++) store16(j->out, bf16, q_at + (size_t)n * D + c * 16, acc[n][c] * inv_sum[n]);
+    for (int c = 0; c < C; c++)
+      store16(j->out, bf16, q_at + (size_t)n * D + c * 16, acc[n][c] / sum[n]);
 }
 
-static void run_task(const job_t *j, int task, float *scores) {
+static void run_task(const job_t *j, int task) {
   const int b = task / j->tasks_per_seq, part = task % j->tasks_per_seq;
   const int h0 = part * j->heads_per_task;
   int h1 = h0 + j->heads_per_task;
   if (h1 > j->num_kv_heads) h1 = j->num_kv_heads;
   switch (j->head_dim) {
-    case 64: attend(j, b, h0, h1, scores, 4); break;
-    case 128: attend(j, b, h0, h1, scores, 8); break;
-    default: attend(j, b, h0, h1, scores, j->head_dim / 16);
+    case 64: attend(j, b, h0, h1, 4); break;
+    case 128: attend(j, b, h0, h1, 8); break;
+    default: attend(j, b, h0, h1, j->head_dim / 16);
   }
 }
 
-static int worker(job_t *j) { /* 0, or 1 if its score buffer could not be had */
-  const int G = j->num_heads / j->num_kv_heads;
-  float *scores = malloc(sizeof(float) * j->heads_per_task * G * (size_t)j->max_blocks * j->block_size);
-  if (scores == NULL) return 1;
+static void worker(job_t *j) {
   for (;;) {
     const int task = __atomic_fetch_add(&j->next_task, 1, __ATOMIC_RELAXED);
     if (task >= j->num_tasks) break;
-    run_task(j, task, scores);
+    run_task(j, task);
   }
-  free(scores);
-  return 0;
 }
 
-/* Returns 0, or -1 if memory for the scores could not be had. */
-int paged_decode(int bf16, const void *q, const void *k_cache, const void *v_cache,
+void paged_decode(int bf16, const void *q, const void *k_cache, const void *v_cache,
                  const int64_t *block_tables, const int64_t *context_lens, void *out, int num_seqs,
                  int num_heads, int num_kv_heads, int head_dim, int block_size, int max_blocks,
                  float scale, int num_threads) {
@@ -182,8 +274,6 @@ int paged_decode(int bf16, const void *q, const void *k_cache, const void *v_cac
     j.num_tasks = num_seqs * j.tasks_per_seq;
   }
   if (num_threads > j.num_tasks) num_threads = j.num_tasks;
-  int failed = 0;
-#pragma omp parallel num_threads(num_threads) reduction(| : failed)
-  failed |= worker(&j);
-  return failed ? -1 : 0;
+#pragma omp parallel num_threads(num_threads)
+  worker(&j);
 }

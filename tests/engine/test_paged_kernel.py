@@ -10,8 +10,9 @@ from tests.engine.checks import GreedyChecker
 from tests.tiny_models import make_engine
 
 # (seqs, query heads, KV heads, head_dim, block size): GQA groups of 1-4, head_dim on the
-# unrolled paths (64, 128) and the generic one (16, 32, 48), blocks of 1 token and more; few
-# sequences split their KV heads across threads, many do not
+# unrolled paths (64, 128) and the generic one (16, 32, 48: an odd number of bf16 32-pairs),
+# blocks of 1 token to 32 (two tiles of 16 keys each); few sequences split their KV heads
+# across threads, many do not
 SHAPES = [
     (1, 9, 3, 64, 16),
     (2, 4, 4, 16, 4),
@@ -19,6 +20,7 @@ SHAPES = [
     (64, 9, 3, 64, 16),
     (3, 6, 1, 32, 1),
     (7, 12, 3, 48, 8),
+    (3, 8, 2, 64, 32),
 ]
 
 
