@@ -9,8 +9,6 @@ torch_compile compiles: one graph, compiled when the runner is made (a minute or
 small CPU; later runners on the same model reuse it).
 """
 
-import math
-import mmap
 import os
 
 import torch
@@ -18,6 +16,7 @@ import torch.fx.experimental._config as fx_config
 
 from engine import paged_kernel
 from engine.attention import AttentionContext, DecodeGroup, PrefillChunk, attention_context
+from engine.kv_pool import fault_in_background, zeroed
 from engine.native_model import NativeDecoder
 from engine.scheduler import ScheduledSequence
 from engine.sequence import Sequence
@@ -69,18 +68,6 @@ def auto_num_kv_blocks(model, block_size: int) -> int:
         available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         budget = min(available * KV_MEMORY_FRACTION, CPU_KV_CAP_BYTES)
     return max(16, int(budget // bytes_per_block))
-
-
-def zeroed(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A tensor of zeros for the KV pool. On a CPU it lies in an anonymous private memory
-    mapping, which the kernel fills with zero pages as they are first written: so the pool
-    costs nothing to make and holds memory only for the blocks used. torch.zeros writes every
-    page at once: 2.3 s for a 2 GiB bfloat16 pool on 2 cores (its bf16 fill is 3x its fp32
-    one), most of the server's time to ready. Elsewhere torch.zeros."""
-    if device.type != "cpu":
-        return torch.zeros(shape, dtype=dtype, device=device)
-    buffer = mmap.mmap(-1, math.prod(shape) * dtype.itemsize, flags=mmap.MAP_PRIVATE)
-    return torch.frombuffer(buffer, dtype=dtype).view(shape)  # the tensor keeps the mapping
 
 
 def _compiled(model):
@@ -143,6 +130,8 @@ class ModelRunner:
                 f"{self.device}, which could not be allocated ({type(exc).__name__}); use fewer "
                 f"blocks, or None to size the pool from free memory"
             ) from exc
+        # the pool's first-touch page faults, taken out of the steps (kv_pool.py)
+        self._fault_in = fault_in_background([t for kv in self.kv_caches for t in kv])
         self._row_size = block_size * num_kv_heads * head_dim
         # "paged_kernel": every decode in one call that reads its blocks in place
         self._decode_kernel = paged_kernel.load() if attention_backend == "paged_kernel" else None

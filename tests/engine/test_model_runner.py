@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.model_runner import split_by_length, zeroed
+from engine.kv_pool import fault_in, zeroed
+from engine.model_runner import split_by_length
 
 
 def _cost(num_blocks: list[int], ends: list[int], group_cost: int) -> int:
@@ -66,12 +67,38 @@ def test_a_cpu_pool_is_zeros_that_take_memory_only_where_written(dtype):
     assert pool[3].eq(1.5).all() and not pool[4].any() and not pool[2].any()
 
 
+def test_fault_in_maps_the_whole_pool_and_keeps_what_was_written():
+    """The background fault-in (MADV_POPULATE_WRITE) makes every page resident and changes
+    no byte: blocks written before it stay as they were, the rest stay zeros."""
+    import torch
+
+    shape = (8192, 16, 4, 64)  # 64 MiB in bfloat16
+    pools = [zeroed(shape, torch.bfloat16, torch.device("cpu")) for _ in range(2)]
+    pools[0][7] = 2.5
+    pools[1][8191] = -1.0
+    before = _resident_bytes()
+    assert fault_in(pools), "this Linux has MADV_POPULATE_WRITE (5.14+)"
+    assert _resident_bytes() - before > 2 * 60 * 2**20  # both pools, less the written pages
+    assert pools[0][7].eq(2.5).all() and pools[1][8191].eq(-1.0).all()
+    pools[0][7] = pools[1][8191] = 0
+    assert not pools[0].any() and not pools[1].any()
+
+
+def test_the_runner_faults_its_pool_in_on_a_thread(tiny_model):
+    from engine.model_runner import ModelRunner
+
+    runner = ModelRunner(tiny_model[0], block_size=16, num_blocks=64)
+    assert runner._fault_in is not None and runner._fault_in.name == "kv-fault-in"
+    runner._fault_in.join(timeout=60)
+    assert not runner._fault_in.is_alive()
+
+
 def test_a_pool_that_cannot_be_allocated_is_a_clear_error(tiny_model, monkeypatch):
-    from engine import EngineConfig, LLMEngine, model_runner
+    from engine import EngineConfig, LLMEngine, kv_pool
 
     def no_memory(*args, **kwargs):
         raise OSError(errno.ENOMEM, "simulated: no memory for the pool")
 
-    monkeypatch.setattr(model_runner.mmap, "mmap", no_memory)
+    monkeypatch.setattr(kv_pool.mmap, "mmap", no_memory)
     with pytest.raises(ValueError, match=r"num_kv_blocks=4096 needs .* GiB .*OSError"):
         LLMEngine(*tiny_model, EngineConfig(num_kv_blocks=4096))
