@@ -1,14 +1,13 @@
-"""The KV pool's memory on a CPU: made for free, then faulted in on a thread of its own.
+"""The KV pool's memory on a CPU: made for free, its pages mapped in bulk ahead of use.
 
 `zeroed` puts each pool tensor in an anonymous private memory mapping: the kernel hands out a
-zero page when a page is first written, so making the pool costs nothing. But every first
-write is then a page fault inside an engine step, in the middle of the KV writes; on the bench
-machine (a VM, where a fault also goes to the host) those faults were 4.8 s of a 34 s fp32
-run. `fault_in_background` takes them out of the steps: one daemon thread asks the kernel to
-map every page writable (madvise MADV_POPULATE_WRITE, Linux 5.14+), which allocates the pages
-without touching what is in them, so it may run while the engine writes its first blocks. The
-thread runs no torch and holds no lock of the engine; ctypes lets go of the GIL for each call.
-Elsewhere (no such madvise) the pool keeps its lazy pages.
+zero page when a page is first written, so making the pool costs nothing and the pool takes
+memory only as blocks are used. But each first write is then a page fault inside a step, in
+the middle of the KV writes: on the bench machine (a VM, where a fault also goes to the host)
+those faults were 4.8 s of a 34 s fp32 run. `ResidentBlocks` maps the pages of the blocks a
+step is about to write in bulk, one madvise (MADV_POPULATE_WRITE, Linux 5.14+) per tensor for
+a run of blocks ahead of the highest one in use, which allocates the pages without touching
+what is in them. Where that madvise is missing the pool keeps its lazy pages.
 """
 
 import ctypes
@@ -16,14 +15,13 @@ import logging
 import math
 import mmap
 import sys
-import threading
 
 import torch
 
 logger = logging.getLogger(__name__)
 
 MADV_POPULATE_WRITE = 23  # <linux/mman.h>; Python's mmap module has no name for it before 3.13
-CHUNK_BYTES = 8 * 2**20  # faulted in per call, every tensor's first chunk before any second one
+MIN_AHEAD_BLOCKS = 64  # mapped beyond the highest block in use, at least (or a quarter more)
 
 
 def zeroed(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -38,31 +36,30 @@ def zeroed(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> 
     return torch.frombuffer(buffer, dtype=dtype).view(shape)  # the tensor keeps the mapping
 
 
-def fault_in(tensors: list[torch.Tensor]) -> bool:
-    """Map every page of these `zeroed` CPU tensors writable, contents unchanged, lowest
-    addresses first in each (the block manager hands out low block ids first). False where
-    the kernel cannot (not Linux, older than 5.14): the pages stay lazy."""
-    madvise = _madvise()
-    if madvise is None:
-        return False
-    spans = [(t.data_ptr(), t.numel() * t.element_size()) for t in tensors if not t.is_cuda]
-    for offset in range(0, max((size for _, size in spans), default=0), CHUNK_BYTES):
-        for address, size in spans:
-            if offset < size and madvise(address + offset, min(CHUNK_BYTES, size - offset)):
+class ResidentBlocks:
+    """Blocks 0 .. `count` of every pool tensor (each (num_blocks, ...), `zeroed`) have their
+    pages mapped; `cover(top)` maps more before a step writes blocks below `top`. The block
+    manager hands out fresh blocks from the lowest id up, so the mapped run grows with use."""
+
+    def __init__(self, tensors: list[torch.Tensor]):
+        self.tensors = tensors
+        self.num_blocks = tensors[0].shape[0] if tensors else 0
+        self._madvise = _madvise() if tensors and not tensors[0].is_cuda else None
+        self.count = 0 if self._madvise else self.num_blocks  # CUDA or no madvise: nothing to do
+
+    def cover(self, top: int) -> None:
+        if top <= self.count:
+            return
+        end = min(self.num_blocks, top + max(MIN_AHEAD_BLOCKS, top // 4))
+        for t in self.tensors:
+            block_bytes = t[0].numel() * t.element_size()
+            start = t.data_ptr() + self.count * block_bytes
+            if self._madvise(start, (end - self.count) * block_bytes):
                 errno = ctypes.get_errno()
-                logger.info("the KV pool stays lazily faulted in (madvise: errno %d)", errno)
-                return False
-    return True
-
-
-def fault_in_background(tensors: list[torch.Tensor]) -> threading.Thread | None:
-    """`fault_in` on a daemon thread, which holds the tensors (so their mappings) until it
-    ends; None where there is nothing to do."""
-    if _madvise() is None or all(t.is_cuda for t in tensors):
-        return None
-    thread = threading.Thread(target=fault_in, args=(tensors,), name="kv-fault-in", daemon=True)
-    thread.start()
-    return thread
+                logger.info("the KV pool stays lazily mapped (madvise: errno %d)", errno)
+                end = self.num_blocks  # never again
+                break
+        self.count = end
 
 
 def _madvise():

@@ -16,7 +16,7 @@ import torch.fx.experimental._config as fx_config
 
 from engine import paged_kernel
 from engine.attention import AttentionContext, DecodeGroup, PrefillChunk, attention_context
-from engine.kv_pool import fault_in_background, zeroed
+from engine.kv_pool import ResidentBlocks, zeroed
 from engine.native_model import NativeDecoder
 from engine.scheduler import ScheduledSequence
 from engine.sequence import Sequence
@@ -130,8 +130,8 @@ class ModelRunner:
                 f"{self.device}, which could not be allocated ({type(exc).__name__}); use fewer "
                 f"blocks, or None to size the pool from free memory"
             ) from exc
-        # the pool's first-touch page faults, taken out of the steps (kv_pool.py)
-        self._fault_in = fault_in_background([t for kv in self.kv_caches for t in kv])
+        # pages mapped in bulk ahead of use, not faulted in one by one in the steps
+        self._resident = ResidentBlocks([t for kv in self.kv_caches for t in kv])
         self._row_size = block_size * num_kv_heads * head_dim
         # "paged_kernel": every decode in one call that reads its blocks in place
         self._decode_kernel = paged_kernel.load() if attention_backend == "paged_kernel" else None
@@ -172,6 +172,8 @@ class ModelRunner:
             slots += [table[p // bs] * bs + p % bs for p in range(start, end)]
             if s.samples:
                 keep.append(len(input_ids) - 1)
+        if slots:
+            self._resident.cover(max(slots) // bs + 1)
         decode_groups = self._decode_groups(decodes)
         prefill_chunks, offset = [], len(decodes)
         for s in prefills:

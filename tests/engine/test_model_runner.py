@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.kv_pool import fault_in, zeroed
+from engine.kv_pool import MIN_AHEAD_BLOCKS, ResidentBlocks, zeroed
 from engine.model_runner import split_by_length
 
 
@@ -67,30 +67,41 @@ def test_a_cpu_pool_is_zeros_that_take_memory_only_where_written(dtype):
     assert pool[3].eq(1.5).all() and not pool[4].any() and not pool[2].any()
 
 
-def test_fault_in_maps_the_whole_pool_and_keeps_what_was_written():
-    """The background fault-in (MADV_POPULATE_WRITE) makes every page resident and changes
-    no byte: blocks written before it stay as they were, the rest stay zeros."""
+def test_resident_blocks_map_a_run_ahead_of_use_and_keep_what_was_written():
+    """ResidentBlocks maps pages in bulk (MADV_POPULATE_WRITE), a run of blocks ahead of the
+    highest one asked for, and changes no byte: blocks written before stay as they were, the
+    rest stay zeros."""
     import torch
 
-    shape = (8192, 16, 4, 64)  # 64 MiB in bfloat16
+    shape = (8192, 16, 4, 64)  # 64 MiB in bfloat16, 8 KiB a block
     pools = [zeroed(shape, torch.bfloat16, torch.device("cpu")) for _ in range(2)]
     pools[0][7] = 2.5
     pools[1][8191] = -1.0
+    resident = ResidentBlocks(pools)
+    assert resident.count == 0
     before = _resident_bytes()
-    assert fault_in(pools), "this Linux has MADV_POPULATE_WRITE (5.14+)"
+    resident.cover(100)
+    assert resident.count == 100 + MIN_AHEAD_BLOCKS  # what the next steps will write, too
+    resident.cover(50)  # already mapped: nothing to do
+    assert resident.count == 100 + MIN_AHEAD_BLOCKS
+    assert _resident_bytes() - before > 2 * 100 * 8 * 2**10
+    resident.cover(8000)
+    assert resident.count == 8192  # never past the pool
     assert _resident_bytes() - before > 2 * 60 * 2**20  # both pools, less the written pages
     assert pools[0][7].eq(2.5).all() and pools[1][8191].eq(-1.0).all()
     pools[0][7] = pools[1][8191] = 0
     assert not pools[0].any() and not pools[1].any()
 
 
-def test_the_runner_faults_its_pool_in_on_a_thread(tiny_model):
-    from engine.model_runner import ModelRunner
+def test_the_runner_maps_the_blocks_a_step_writes(tiny_model):
+    from engine import SamplingParams
+    from tests.tiny_models import make_engine
 
-    runner = ModelRunner(tiny_model[0], block_size=16, num_blocks=64)
-    assert runner._fault_in is not None and runner._fault_in.name == "kv-fault-in"
-    runner._fault_in.join(timeout=60)
-    assert not runner._fault_in.is_alive()
+    engine = make_engine(*tiny_model, num_kv_blocks=256)
+    resident = engine.runner._resident
+    assert resident.count == 0
+    engine.generate(["a prompt of a few tokens"], SamplingParams(max_tokens=4, temperature=0))
+    assert MIN_AHEAD_BLOCKS <= resident.count < 256  # the blocks used and a run ahead
 
 
 def test_a_pool_that_cannot_be_allocated_is_a_clear_error(tiny_model, monkeypatch):
