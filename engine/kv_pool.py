@@ -47,6 +47,10 @@ class ResidentBlocks:
         self._madvise = _madvise() if tensors and not tensors[0].is_cuda else None
         self.count = 0 if self._madvise else self.num_blocks  # CUDA or no madvise: nothing to do
 
+    @property
+    def complete(self) -> bool:
+        return self.count == self.num_blocks
+
     def cover(self, top: int) -> None:
         if top <= self.count:
             return

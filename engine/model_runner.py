@@ -172,7 +172,7 @@ class ModelRunner:
             slots += [table[p // bs] * bs + p % bs for p in range(start, end)]
             if s.samples:
                 keep.append(len(input_ids) - 1)
-        if slots:
+        if slots and not self._resident.complete:  # once all is mapped, nothing to look at
             self._resident.cover(max(slots) // bs + 1)
         decode_groups = self._decode_groups(decodes)
         prefill_chunks, offset = [], len(decodes)

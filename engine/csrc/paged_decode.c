@@ -16,7 +16,6 @@
  */
 #include <math.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 #ifdef __AVX512BF16__ /* -march=native on a CPU with AVX512-BF16 */
 #include <immintrin.h>
@@ -166,7 +165,7 @@ static inline __attribute__((always_inline)) void attend(const job_t *j, int b, 
   for (int n = 0; n < NH; n++) {
     max[n] = -INFINITY, sum[n] = 0.f;
     for (int c = 0; c < C; c++) {
-      q[n][c] = load16(j->q, bf16, q_at + (size_t)n * D + c * 16);
+      if (!pairs) q[n][c] = load16(j->q, bf16, q_at + (size_t)n * D + c * 16);
       acc[n][c] = (v16){0};
     }
   }
@@ -258,9 +257,9 @@ static void worker(job_t *j) {
 }
 
 void paged_decode(int bf16, const void *q, const void *k_cache, const void *v_cache,
-                 const int64_t *block_tables, const int64_t *context_lens, void *out, int num_seqs,
-                 int num_heads, int num_kv_heads, int head_dim, int block_size, int max_blocks,
-                 float scale, int num_threads) {
+                  const int64_t *block_tables, const int64_t *context_lens, void *out, int num_seqs,
+                  int num_heads, int num_kv_heads, int head_dim, int block_size, int max_blocks,
+                  float scale, int num_threads) {
   job_t j = {bf16, q, k_cache, v_cache, block_tables, context_lens, out, num_heads, num_kv_heads,
              head_dim, block_size, max_blocks, scale, num_kv_heads, 1, num_seqs, 0};
   if (num_threads < 1) num_threads = 1;
