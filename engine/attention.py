@@ -122,13 +122,31 @@ def _paged_attention(query, key, value, layer_idx: int, scaling: float | None) -
 def packed_attention(q, k, v, layer_idx: int, scaling: float | None) -> torch.Tensor:
     """One layer of the packed step: write this step's K/V into the pool, attend every
     sequence over its own blocks. q (T, H, D), k and v (T, Hkv, D) -> (T, H, D)."""
+    write_kv(k, v, *step_kv(layer_idx))
+    return attend(q, k, v, layer_idx, scaling)
+
+
+def step_kv(layer_idx: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """This step's pool of one layer and where its tokens go: k_cache, v_cache, slot_mapping."""
+    k_cache, v_cache = _context.kv_caches[layer_idx]
+    return k_cache, v_cache, _context.slot_mapping
+
+
+def write_kv(k, v, k_cache, v_cache, slots) -> None:
+    """k and v (T, Hkv, D) into the pool rows `slots` (T,) of k_cache, v_cache."""
+    num_kv_heads, head_dim = k.shape[1:]
+    k_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, slots, k.to(k_cache.dtype))
+    v_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, slots, v.to(v_cache.dtype))
+
+
+def attend(q, k, v, layer_idx: int, scaling: float | None) -> torch.Tensor:
+    """Every sequence of the step over its own blocks, this step's K/V already in the pool.
+    q (T, H, D), k and v (T, Hkv, D) (a prefill without past reads them here) -> (T, H, D)."""
     ctx = _context
     k_cache, v_cache = ctx.kv_caches[layer_idx]
     assert q.shape[0] == ctx.slot_mapping.shape[0], (q.shape, ctx.slot_mapping.shape)
     num_tokens, num_heads, head_dim = q.shape
     num_kv_heads = k.shape[1]
-    k_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, ctx.slot_mapping, k.to(k_cache.dtype))
-    v_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, ctx.slot_mapping, v.to(v_cache.dtype))
     group = num_heads // num_kv_heads
     k_buf, v_buf = ctx.gather_buffers
     if len(ctx.decodes) == 1 and not ctx.prefills:  # all decodes in one SDPA: no output copy

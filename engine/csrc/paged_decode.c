@@ -2,21 +2,25 @@
  * blocks of the KV pool, read in place (no gathered copy, no padding to the longest context).
  *
  * Shapes (row-major, contiguous):
- *   q, out        (B, H, D)            H query heads; heads h*G .. h*G+G-1 share KV head h
+ *   q, out        (B, H, D)            H query heads; heads h*G .. h*G+G-1 share KV head h;
+ *                                      q's rows q_stride elements apart (a view of packed qkv)
  *   k_cache, v_cache (NB, BS, Hkv, D)  the pool of one layer: a block is one contiguous row
  *   block_tables  (B, nb) int64        each sequence's blocks, in order (padding unread)
  *   context_lens  (B,) int64           keys each sequence attends to, 1 .. nb * BS
  * float32 or bfloat16 throughout; scores, softmax and sums in float32; D a multiple of 16.
+ * Everything else is contiguous.
  * One pass over each sequence's blocks (online softmax), so K and V are read once, together.
  *
  * Work is split into tasks of (sequence, range of KV heads), taken from a shared counter by
  * the `num_threads` threads of one OpenMP parallel region: built with -fopenmp, this library
  * needs libgomp.so.1, which torch has loaded already, so the region runs on torch's own team.
- * Compiled with the system C compiler by engine/paged_kernel.py; GCC >= 12 (vector extensions).
+ * Compiled with the system C compiler by engine/native_build.py; GCC >= 12 (vector extensions).
  */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "exp_approx.h"
 #ifdef __AVX512BF16__ /* -march=native on a CPU with AVX512-BF16 */
 #include <immintrin.h>
 #define HAS_DPBF16 1
@@ -36,6 +40,7 @@ typedef struct {
   const void *q, *k_cache, *v_cache;
   const int64_t *block_tables, *context_lens;
   void *out;
+  int64_t q_stride;
   int num_heads, num_kv_heads, head_dim, block_size, max_blocks;
   float scale;
   int heads_per_task, tasks_per_seq, num_tasks;
@@ -77,26 +82,10 @@ static inline float sum16(v16 x) {
   return (b[0] + b[2]) + (b[1] + b[3]);
 }
 
-/* exp(x) for x <= 0, 16 lanes (Cephes' expf: x = n ln2 + r, a degree-7 polynomial in r,
- * times 2^n; within 2 ulp of expf). Below -87.3 (where expf underflows) it gives ~1e-38. */
-static inline v16 exp16(v16 x) {
-  const v16 lo = (v16){0} - 87.3f;
-  const v16i low = x < lo;
-  x = (v16)(((v16i)lo & low) | ((v16i)x & ~low));
-  const v16 round = (v16){0} + 12582912.f; /* 1.5 * 2^23: adding it rounds to an integer */
-  v16 n = (x * 1.44269504f + round) - round;
-  v16 r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  v16 p = (v16){0} + 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.f;
-  v16u bits = (v16u)(__builtin_convertvector(n, v16i) + 127) << 23;
-  v16 scale;
-  memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
+static inline v16 exp16(v16 x) { /* 16 lanes of exp_approx: one vector polynomial */
+  v16 y;
+  for (int i = 0; i < 16; i++) y[i] = exp_approx(x[i]);
+  return y;
 }
 
 static inline float max16(v16 x) {
@@ -158,7 +147,8 @@ static inline __attribute__((always_inline)) void attend(const job_t *j, int b, 
   const int64_t *table = j->block_tables + (int64_t)b * j->max_blocks;
   const size_t row_elems = (size_t)j->num_kv_heads * D, block_elems = BS * row_elems;
   const size_t row_bytes = row_elems * (bf16 ? 2 : 4);
-  const size_t q_at = ((size_t)b * j->num_heads + n0) * D;
+  const size_t q_at = (size_t)b * j->q_stride + (size_t)n0 * D;
+  const size_t out_at = ((size_t)b * j->num_heads + n0) * D;
   const int pairs = bf16 && HAS_DPBF16 && C % 2 == 0; /* q . k by vdpbf16ps */
   v16 q[NH][C], acc[NH][C];
   float max[NH], sum[NH];
@@ -233,7 +223,7 @@ static inline __attribute__((always_inline)) void attend(const job_t *j, int b, 
   }
   for (int n = 0; n < NH; n++)
     for (int c = 0; c < C; c++)
-      store16(j->out, bf16, q_at + (size_t)n * D + c * 16, acc[n][c] / sum[n]);
+      store16(j->out, bf16, out_at + (size_t)n * D + c * 16, acc[n][c] / sum[n]);
 }
 
 static void run_task(const job_t *j, int task) {
@@ -256,12 +246,13 @@ static void worker(job_t *j) {
   }
 }
 
-void paged_decode(int bf16, const void *q, const void *k_cache, const void *v_cache,
-                  const int64_t *block_tables, const int64_t *context_lens, void *out, int num_seqs,
-                  int num_heads, int num_kv_heads, int head_dim, int block_size, int max_blocks,
-                  float scale, int num_threads) {
-  job_t j = {bf16, q, k_cache, v_cache, block_tables, context_lens, out, num_heads, num_kv_heads,
-             head_dim, block_size, max_blocks, scale, num_kv_heads, 1, num_seqs, 0};
+void paged_decode(int bf16, const void *q, int64_t q_stride, const void *k_cache,
+                  const void *v_cache, const int64_t *block_tables, const int64_t *context_lens,
+                  void *out, int num_seqs, int num_heads, int num_kv_heads, int head_dim,
+                  int block_size, int max_blocks, float scale, int num_threads) {
+  job_t j = {bf16,         q,         k_cache,    v_cache,   block_tables, context_lens, out,
+             q_stride,     num_heads, num_kv_heads, head_dim, block_size,  max_blocks,   scale,
+             num_kv_heads, 1,         num_seqs,   0};
   if (num_threads < 1) num_threads = 1;
   /* Whole sequences (every head: each block read front to back) while there are enough of
    * them to keep every thread busy; else split their KV heads. */

@@ -6,8 +6,9 @@ import pytest
 import torch
 from transformers import GemmaConfig, GemmaForCausalLM
 
-from engine import EngineConfig, LLMEngine, SamplingParams, linear
+from engine import EngineConfig, LLMEngine, SamplingParams, fused_ops, linear
 from engine.attention import AttentionContext, DecodeGroup, PrefillChunk
+from engine.fused_ops import FusedOps, TorchOps
 from engine.native_model import NativeDecoder, unsupported_reason
 from tests.engine.checks import GreedyChecker
 from tests.tiny_models import TINY, TINY_ARCHS, make_engine, make_tiny_pair
@@ -43,13 +44,17 @@ def _runner_logits(engine, prompt: list[int], extra: list[int]) -> torch.Tensor:
 
 @pytest.mark.parametrize("arch", list(TINY_ARCHS))
 @pytest.mark.parametrize("pack", [True, False])
-def test_native_logits_equal_the_transformers_modules(arch, pack, tokenizer, monkeypatch):
+@pytest.mark.parametrize("ops", [FusedOps, TorchOps])
+def test_native_logits_equal_the_transformers_modules(arch, pack, ops, tokenizer, monkeypatch):
     if not pack:  # the F.linear fallback (CUDA, a torch without oneDNN)
         monkeypatch.setattr(linear, "can_pack", lambda weight: False)
+    if ops is TorchOps:  # the elementwise ops' fallback (CUDA, no C compiler)
+        monkeypatch.setattr(fused_ops, "select", lambda device, dtype: TorchOps())
     model, reference = make_tiny_pair(arch)
     engine = make_engine(model, tokenizer, model_impl="native")
     assert engine.config.model_impl == "native"
     assert engine.runner.forward.is_packed == (pack and linear.can_pack(model.lm_head.weight))
+    assert isinstance(engine.runner.forward.ops, ops)
     prompt, extra = list(range(100, 117)), [5, 6, 7]
     got = _runner_logits(engine, prompt, extra)
     with torch.inference_mode():

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine import EngineConfig, FieldError, SamplingParams, paged_kernel
+from engine import EngineConfig, FieldError, SamplingParams, native_build, paged_kernel
 from tests.engine.checks import GreedyChecker
 from tests.tiny_models import make_engine
 
@@ -88,40 +88,6 @@ def test_the_kernel_reads_only_each_sequences_keys():
     torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
-def test_the_build_is_cached_per_source_and_reused(tmp_path, monkeypatch):
-    monkeypatch.setenv(paged_kernel.CACHE_ENV_VAR, str(tmp_path))
-    build = paged_kernel._build
-    paged_kernel._build_and_load()
-    (built,) = tmp_path.glob("paged_decode-*.so")
-    monkeypatch.setattr(paged_kernel, "_build", lambda *a: pytest.fail("rebuilt a cached kernel"))
-    paged_kernel._build_and_load()
-    monkeypatch.setattr(paged_kernel, "_build", build)
-    source = tmp_path / "src" / "paged_decode.c"
-    source.parent.mkdir()
-    source.write_text(paged_kernel.SOURCE.read_text() + "\n/* changed */\n")
-    monkeypatch.setattr(paged_kernel, "SOURCE", source)
-    paged_kernel._build_and_load()
-    assert len(list(tmp_path.glob("paged_decode-*.so"))) == 2, "a changed source reused a build"
-    assert not list(tmp_path.glob(".*")), "a scratch file was left behind"
-    assert built.exists()
-
-
-def test_no_compiler_or_a_failing_build_is_a_clear_reason(tmp_path, monkeypatch):
-    monkeypatch.setenv(paged_kernel.CACHE_ENV_VAR, str(tmp_path))
-    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
-    with pytest.raises(paged_kernel.KernelUnavailable, match="no working C compiler"):
-        paged_kernel._build_and_load()
-    failing = tmp_path / "failing-cc"
-    failing.write_text(
-        '#!/bin/sh\n[ "$1" = --version ] && exit 0\necho "error: no vectors" >&2\nexit 1\n'
-    )
-    failing.chmod(0o755)
-    monkeypatch.setenv("CC", str(failing))
-    with pytest.raises(paged_kernel.KernelUnavailable, match="could not build.*no vectors"):
-        paged_kernel._build_and_load()
-    assert not list(tmp_path.glob("*.so")) and not list(tmp_path.glob(".*"))
-
-
 def test_unsupported_pools_are_named():
     assert paged_kernel.unsupported_reason(torch.device("cpu"), torch.float32, 64) is None
     assert "CPU only" in paged_kernel.unsupported_reason(torch.device("cuda"), torch.float32, 64)
@@ -135,7 +101,7 @@ def test_auto_falls_back_to_sdpa_and_an_explicit_kernel_names_the_field(
     model, reference = llama_pair
     assert make_engine(model, tokenizer).config.attention_backend == "paged_kernel"
     gone = paged_kernel.KernelUnavailable("no working C compiler 'cc'")
-    monkeypatch.setattr(paged_kernel, "_load", lambda: gone)
+    monkeypatch.setattr(native_build, "_library", lambda: gone)
     engine = make_engine(model, tokenizer)
     assert engine.config.attention_backend == "sdpa"
     params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
@@ -146,12 +112,3 @@ def test_auto_falls_back_to_sdpa_and_an_explicit_kernel_names_the_field(
     hf = make_engine(model, tokenizer, kv_backend="hf_cache")
     assert hf.config.attention_backend == "sdpa"
     assert EngineConfig(attention_backend="sdpa").attention_backend == "sdpa"
-
-
-def test_the_kernel_shares_torchs_openmp_runtime():
-    """One libgomp in the process: the kernel's parallel region runs on torch's team, not on a
-    second pool of threads competing for the same cores."""
-    paged_kernel.load()
-    with open("/proc/self/maps") as maps:
-        runtimes = {line.split()[-1] for line in maps if "libgomp" in line or "libomp" in line}
-    assert len(runtimes) == 1, runtimes

@@ -1,0 +1,29 @@
+/* exp(x) as a polynomial, shared by the engine's C sources: scalar code that GCC vectorizes,
+ * in a loop or over the lanes of a vector. */
+#ifndef CB_EXP_APPROX_H
+#define CB_EXP_APPROX_H
+#include <stdint.h>
+#include <string.h>
+
+/* exp(x), Cephes' expf: x = n ln2 + r, a degree-7 polynomial in r, times 2^n (within 2 ulp of
+ * expf). Below -87.3 it gives ~1e-38 (expf's smallest normal); from 88.72 on, inf, as expf. */
+static inline __attribute__((always_inline)) float exp_approx(float x) {
+  x = x < -87.3f ? -87.3f : x > 89.f ? 89.f : x;
+  const float round = 12582912.f; /* 1.5 * 2^23: adding it rounds to an integer */
+  const float n = (x * 1.44269504f + round) - round; /* -126 .. 128 */
+  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.f;
+  const int32_t up = n > 0.f; /* 2^n as 2^(n - up) * 2^up: 2^128 is no float */
+  const uint32_t bits = (uint32_t)((int32_t)n - up + 127) << 23;
+  float scale;
+  memcpy(&scale, &bits, sizeof scale);
+  return p * scale * (up ? 2.f : 1.f);
+}
+
+#endif
