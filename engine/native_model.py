@@ -77,14 +77,13 @@ class NativeDecoder:
     (input_ids (T,), positions (T,), logits_indices (S,)) -> logits (S, vocab). Run it under
     torch.inference_mode(), as ModelRunner.execute does."""
 
-    def __init__(self, model, pack: bool = True, ops: FusedOps | TorchOps | None = None):
-        """`ops`: the elementwise ops; None picks them for the model's device and dtype."""
+    def __init__(self, model, pack: bool = True):
         reason = unsupported_reason(model)
         if reason is not None:
             raise ValueError(f"the native forward cannot run {type(model).__name__}: {reason}")
         base = model.model
         param = base.embed_tokens.weight
-        self.ops = fused_ops.select(param.device, param.dtype) if ops is None else ops
+        self.ops = fused_ops.select(param.device, param.dtype)  # the elementwise ops
         self.embed_tokens = base.embed_tokens
         self.rotary_emb = base.rotary_emb
         self.layers = [NativeLayer(layer, pack, self.ops) for layer in base.layers]
