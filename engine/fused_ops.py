@@ -20,8 +20,6 @@ from engine.attention import write_kv
 
 logger = logging.getLogger(__name__)
 
-DTYPES = (torch.float32, torch.bfloat16)
-
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """A transformers RMSNorm module's maths (float32 inside, weight times the cast input)."""
@@ -62,9 +60,10 @@ class TorchOps:
 
 
 class FusedOps:
-    """The ops of csrc/fused_ops.c: CPU tensors of one dtype in DTYPES; x, cos, sin, the
-    pool and slots contiguous, q, k and v rows of heads side by side (views of the packed
-    q/k/v projection). Nothing is checked per call: the native forward's tensors are made so."""
+    """The ops of csrc/fused_ops.c: CPU tensors of one dtype in native_build.DTYPES; x, cos,
+    sin, the pool and slots contiguous, q, k and v rows of heads side by side (views of the
+    packed q/k/v projection). Nothing is checked per call: the native forward's tensors are
+    made so."""
 
     def __init__(self, library: ctypes.CDLL):
         int_, ptr, float_, i64 = ctypes.c_int, ctypes.c_void_p, ctypes.c_float, ctypes.c_int64
@@ -134,18 +133,9 @@ class FusedOps:
         return q, k
 
 
-def unsupported_reason(device: torch.device, dtype: torch.dtype) -> str | None:
-    """Why FusedOps cannot serve a model on `device` of `dtype`, or None."""
-    if device.type != "cpu":
-        return f"they run on the CPU only, not {device.type}"
-    if dtype not in DTYPES:
-        return f"dtype {dtype} is not float32 or bfloat16"
-    return None
-
-
 def select(device: torch.device, dtype: torch.dtype) -> FusedOps | TorchOps:
     """FusedOps where they can run, else TorchOps (the reason logged)."""
-    reason = unsupported_reason(device, dtype)
+    reason = native_build.unsupported_reason(device, dtype)
     if reason is None:
         try:
             return FusedOps(native_build.library())

@@ -20,6 +20,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import torch
+
 CSRC = Path(__file__).parent / "csrc"
 LIBRARY_NAME = "cb_kernels"
 CACHE_ENV_VAR = "CB_PLAYGROUND_KERNEL_CACHE"
@@ -34,10 +36,20 @@ FLAGS = (
 )
 LIBS = ("-lm",)
 BUILD_TIMEOUT_S = 120
+DTYPES = (torch.float32, torch.bfloat16)  # what the library's functions compute in
 
 
 class KernelUnavailable(RuntimeError):
     """The library could not be built or loaded here; the message says why."""
+
+
+def unsupported_reason(device: torch.device, dtype: torch.dtype) -> str | None:
+    """Why the library's functions cannot take tensors on `device` of `dtype`, or None."""
+    if device.type != "cpu":
+        return f"it runs on the CPU only, not {device.type}"
+    if dtype not in DTYPES:
+        return f"dtype {dtype} is not float32 or bfloat16"
+    return None
 
 
 def library() -> ctypes.CDLL:
@@ -75,10 +87,6 @@ def build_and_load() -> ctypes.CDLL:
         raise KernelUnavailable(f"could not load {target} ({exc})") from exc
 
 
-def _sources() -> list[Path]:
-    return sorted(CSRC.glob("*.c"))
-
-
 def _cache_dir() -> Path:
     root = os.environ.get(CACHE_ENV_VAR) or "~/.cache/cb-playground/kernels"
     return Path(root).expanduser()
@@ -107,7 +115,7 @@ def _build(compiler: str, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, scratch = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     os.close(fd)
-    sources = [str(path) for path in _sources()]
+    sources = [str(path) for path in sorted(CSRC.glob("*.c"))]
     try:
         result = subprocess.run(
             [compiler, *FLAGS, *sources, "-o", scratch, *LIBS],

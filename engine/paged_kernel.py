@@ -18,15 +18,11 @@ from engine.native_build import KernelUnavailable
 
 __all__ = ["KernelUnavailable", "PagedDecodeKernel", "load", "unsupported_reason"]
 
-DTYPES = (torch.float32, torch.bfloat16)
-
 
 def unsupported_reason(device: torch.device, dtype: torch.dtype, head_dim: int) -> str | None:
     """Why the kernel cannot serve a pool on `device` of `dtype` with `head_dim`, or None."""
-    if device.type != "cpu":
-        return f"it runs on the CPU only, not {device.type}"
-    if dtype not in DTYPES:
-        return f"dtype {dtype} is not float32 or bfloat16"
+    if reason := native_build.unsupported_reason(device, dtype):
+        return reason
     if head_dim % 16:
         return f"head_dim {head_dim} is not a multiple of 16"
     return None

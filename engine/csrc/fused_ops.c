@@ -17,26 +17,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "exp_approx.h"
+#include "common.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 #define PARALLEL_MIN 32768 /* elements; below, one thread (torch's grain size) */
-
-ALWAYS_INLINE float from_bf16(uint16_t h) { /* a bfloat16 is the high half of a float32 */
-  const uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-ALWAYS_INLINE uint16_t to_bf16(float f) { /* round to nearest even, NaN stays NaN: as torch */
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  const uint16_t rounded = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-  return f != f ? 0x7fc0 : rounded;
-}
-
-ALWAYS_INLINE float round_bf16(float f) { return from_bf16(to_bf16(f)); }
 
 ALWAYS_INLINE float load(const void *base, const int bf16, size_t i) {
   return bf16 ? from_bf16(((const uint16_t *)base)[i]) : ((const float *)base)[i];
@@ -65,8 +49,8 @@ ALWAYS_INLINE void rms_norm_row(const void *x, const void *w, void *out, size_t 
   }
 }
 
-void fused_rms_norm(int bf16, const void *x, const void *w, void *out, int rows, int cols, float eps,
-                    int num_threads) {
+void fused_rms_norm(int bf16, const void *x, const void *w, void *out, int rows, int cols,
+                    float eps, int num_threads) {
 #pragma omp parallel for num_threads(num_threads) if ((int64_t)rows * cols >= PARALLEL_MIN)
   for (int r = 0; r < rows; r++) {
     if (bf16)
@@ -136,9 +120,10 @@ ALWAYS_INLINE void rope_and_cache_token(void *q, int64_t q_stride, void *k, int6
 
 /* q (T, H, D), k and v (T, Hkv, D): rows `*_stride` elements apart, a row's heads side by
  * side; cos and sin (T, D); k_cache and v_cache (slots, Hkv, D); slots (T,) int64. */
-void fused_rope_and_cache(int bf16, void *q, int64_t q_stride, void *k, int64_t k_stride, const void *v,
-                    int64_t v_stride, const void *cos, const void *sin, int T, int H, int Hkv,
-                    int D, void *k_cache, void *v_cache, const int64_t *slots, int num_threads) {
+void fused_rope_and_cache(int bf16, void *q, int64_t q_stride, void *k, int64_t k_stride,
+                          const void *v, int64_t v_stride, const void *cos, const void *sin, int T,
+                          int H, int Hkv, int D, void *k_cache, void *v_cache,
+                          const int64_t *slots, int num_threads) {
 #pragma omp parallel for num_threads(num_threads) if ((int64_t)T * (H + Hkv) * D >= PARALLEL_MIN)
   for (int t = 0; t < T; t++) {
     if (bf16)

@@ -20,7 +20,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "exp_approx.h"
+#include "common.h"
 #ifdef __AVX512BF16__ /* -march=native on a CPU with AVX512-BF16 */
 #include <immintrin.h>
 #define HAS_DPBF16 1
@@ -58,13 +58,6 @@ static inline v16 load16(const void *base, int bf16, size_t i) {
     memcpy(&f, (const float *)base + i, sizeof f);
   }
   return f;
-}
-
-static inline uint16_t to_bf16(float f) { /* round to nearest even, as torch does */
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  u += 0x7fff + ((u >> 16) & 1);
-  return (uint16_t)(u >> 16);
 }
 
 static inline void store16(void *base, int bf16, size_t i, v16 x) {

@@ -7,7 +7,7 @@ from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from engine import native_build
-from engine.fused_ops import FusedOps, TorchOps, select, unsupported_reason
+from engine.fused_ops import FusedOps, TorchOps, select
 
 DTYPES = [torch.float32, torch.bfloat16]
 # (tokens, hidden): one decode; a batch of decodes; a prefill chunk (split over threads)
@@ -88,9 +88,9 @@ def test_rope_and_cache(fused, dtype, head_dim, num_tokens, threads):
 
 def test_select_falls_back_to_torch_ops(monkeypatch):
     assert isinstance(select(torch.device("cpu"), torch.bfloat16), FusedOps)
-    assert "float16" in unsupported_reason(torch.device("cpu"), torch.float16)
+    assert "float16" in native_build.unsupported_reason(torch.device("cpu"), torch.float16)
     assert isinstance(select(torch.device("cpu"), torch.float16), TorchOps)
-    assert "CPU only" in unsupported_reason(torch.device("cuda"), torch.float32)
+    assert "CPU only" in native_build.unsupported_reason(torch.device("cuda"), torch.float32)
     gone = native_build.KernelUnavailable("no working C compiler 'cc'")
     monkeypatch.setattr(native_build, "_library", lambda: gone)
     assert isinstance(select(torch.device("cpu"), torch.float32), TorchOps)

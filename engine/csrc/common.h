@@ -1,9 +1,28 @@
-/* exp(x) as a polynomial, shared by the engine's C sources: scalar code that GCC vectorizes,
- * in a loop or over the lanes of a vector. */
-#ifndef CB_EXP_APPROX_H
-#define CB_EXP_APPROX_H
+/* What the engine's C sources share: bfloat16 <-> float32 and exp(x), as scalar code that GCC
+ * vectorizes, in a loop or over the lanes of a vector. */
+#ifndef CB_COMMON_H
+#define CB_COMMON_H
 #include <stdint.h>
 #include <string.h>
+
+static inline __attribute__((always_inline)) float from_bf16(uint16_t h) {
+  const uint32_t u = (uint32_t)h << 16; /* a bfloat16 is the high half of a float32 */
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* Round to nearest even, NaN stays NaN: as torch. */
+static inline __attribute__((always_inline)) uint16_t to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  const uint16_t rounded = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+  return f != f ? 0x7fc0 : rounded;
+}
+
+static inline __attribute__((always_inline)) float round_bf16(float f) {
+  return from_bf16(to_bf16(f));
+}
 
 /* exp(x), Cephes' expf: x = n ln2 + r, a degree-7 polynomial in r, times 2^n (within 2 ulp of
  * expf). Below -87.3 it gives ~1e-38 (expf's smallest normal); from 88.72 on, inf, as expf. */
