@@ -28,12 +28,20 @@
 #define HAS_DPBF16 0
 #endif
 
-typedef float v16 __attribute__((vector_size(64)));
+/* VW floats to a vector: a zmm register with AVX-512, else a ymm (AVX2). A tile holds VW keys,
+ * so its VW scores are one vector; wider vectors than the CPU's split into several registers,
+ * and their cross-register shuffles and conversions compile to slow code (4x on AVX2). */
+#ifdef __AVX512F__
+#define VW 16
+#else
+#define VW 8
+#endif
+typedef float vf __attribute__((vector_size(VW * 4)));
 typedef float v8 __attribute__((vector_size(32)));
 typedef float v4 __attribute__((vector_size(16)));
-typedef uint16_t v16h __attribute__((vector_size(32)));
-typedef uint32_t v16u __attribute__((vector_size(64)));
-typedef int32_t v16i __attribute__((vector_size(64)));
+typedef uint16_t vh __attribute__((vector_size(VW * 2)));
+typedef uint32_t vu __attribute__((vector_size(VW * 4)));
+typedef int32_t vi __attribute__((vector_size(VW * 4)));
 
 typedef struct {
   int bf16;
@@ -47,12 +55,12 @@ typedef struct {
   int next_task; /* the shared counter */
 } job_t;
 
-static inline v16 load16(const void *base, int bf16, size_t i) {
-  v16 f;
+static inline vf load_vec(const void *base, int bf16, size_t i) {
+  vf f;
   if (bf16) { /* a bfloat16 is the high half of a float32 */
-    v16h h;
+    vh h;
     memcpy(&h, (const uint16_t *)base + i, sizeof h);
-    v16u u = __builtin_convertvector(h, v16u) << 16;
+    vu u = __builtin_convertvector(h, vu) << 16;
     memcpy(&f, &u, sizeof f);
   } else {
     memcpy(&f, (const float *)base + i, sizeof f);
@@ -60,37 +68,60 @@ static inline v16 load16(const void *base, int bf16, size_t i) {
   return f;
 }
 
-static inline void store16(void *base, int bf16, size_t i, v16 x) {
+static inline void store_vec(void *base, int bf16, size_t i, vf x) {
   if (bf16) {
-    for (int k = 0; k < 16; k++) ((uint16_t *)base)[i + k] = to_bf16(x[k]);
+    for (int k = 0; k < VW; k++) ((uint16_t *)base)[i + k] = to_bf16(x[k]);
   } else {
     memcpy((float *)base + i, &x, sizeof x);
   }
 }
 
-static inline float sum16(v16 x) {
+static inline float sum_lanes(vf x) {
+#if VW == 16
   v8 a = __builtin_shufflevector(x, x, 0, 1, 2, 3, 4, 5, 6, 7) +
          __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15);
+#else
+  v8 a = x;
+#endif
   v4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
   return (b[0] + b[2]) + (b[1] + b[3]);
 }
 
-static inline v16 exp16(v16 x) { /* 16 lanes of exp_approx: one vector polynomial */
-  v16 y;
-  for (int i = 0; i < 16; i++) y[i] = exp_approx(x[i]);
-  return y;
+static inline vf select_lanes(vi mask, vf a, vf b) { /* a where mask is set, else b */
+  return (vf)(((vi)a & mask) | ((vi)b & ~mask));
 }
 
-static inline float max16(v16 x) {
+/* exp_approx (common.h) on VW lanes at once, written with vector operations: GCC does not
+ * vectorize the scalar function's clamps and bit casts over lanes on AVX2. */
+static inline vf exp_lanes(vf x) {
+  const vf lo = (vf){0} - 87.3f, hi = (vf){0} + 89.f;
+  x = select_lanes(x < lo, lo, x);
+  x = select_lanes(x > hi, hi, x);
+  const float round = 12582912.f; /* 1.5 * 2^23: adding it rounds to an integer */
+  const vf n = (x * 1.44269504f + round) - round; /* -126 .. 128 */
+  const vf r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  vf p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.f;
+  const vi up = n > 0.f; /* -1 where 2^n is taken as 2^(n - 1) * 2: 2^128 is no float */
+  const vi bits = (__builtin_convertvector(n, vi) + up + 127) << 23;
+  return p * (vf)bits * select_lanes(up, (vf){0} + 2.f, (vf){0} + 1.f);
+}
+
+static inline float max_lanes(vf x) {
   float m = x[0];
-  for (int i = 1; i < 16; i++) m = x[i] > m ? x[i] : m;
+  for (int i = 1; i < VW; i++) m = x[i] > m ? x[i] : m;
   return m;
 }
 
-/* Lane i of the result is the sum of d[i]'s 16 lanes: a tree of two-input shuffles, each
- * level halving the partial sums of twice as many vectors (45 instructions for 16 sums). */
-static inline v16 reduce16(const v16 *d) {
-  v16 a[8], b[4], c[2];
+/* Lane i of the result is the sum of d[i]'s VW lanes: a tree of two-input shuffles, each
+ * level halving the partial sums of twice as many vectors (45 instructions for 16 sums, 21 for 8). */
+static inline vf reduce_lanes(const vf *d) {
+#if VW == 16
+  vf a[8], b[4], c[2];
   for (int i = 0; i < 8; i++)
     a[i] = __builtin_shufflevector(d[2 * i], d[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
            __builtin_shufflevector(d[2 * i], d[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
@@ -102,6 +133,17 @@ static inline v16 reduce16(const v16 *d) {
            __builtin_shufflevector(b[2 * i], b[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
   return __builtin_shufflevector(c[0], c[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
          __builtin_shufflevector(c[0], c[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+#else
+  vf a[4], b[2];
+  for (int i = 0; i < 4; i++)
+    a[i] = __builtin_shufflevector(d[2 * i], d[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11) +
+           __builtin_shufflevector(d[2 * i], d[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15);
+  for (int i = 0; i < 2; i++)
+    b[i] = __builtin_shufflevector(a[2 * i], a[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13) +
+           __builtin_shufflevector(a[2 * i], a[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15);
+  return __builtin_shufflevector(b[0], b[1], 0, 2, 4, 6, 8, 10, 12, 14) +
+         __builtin_shufflevector(b[0], b[1], 1, 3, 5, 7, 9, 11, 13, 15);
+#endif
 }
 
 static inline void prefetch_row(const void *cache, int bf16, size_t at, size_t bytes) {
@@ -111,7 +153,7 @@ static inline void prefetch_row(const void *cache, int bf16, size_t at, size_t b
 
 /* One query head's q . k over head_dim = 32 C/2 bfloat16 pairs, unreduced (16 partial sums):
  * vdpbf16ps multiplies the pairs as they lie in memory, with no conversion to float32. */
-static inline v16 dot_bf16(const void *q, size_t q_at, const void *k, size_t k_at, const int C) {
+static inline vf dot_bf16(const void *q, size_t q_at, const void *k, size_t k_at, const int C) {
 #if HAS_DPBF16
   __m512 dot = _mm512_setzero_ps();
   for (int c = 0; c < C / 2; c++) {
@@ -119,19 +161,19 @@ static inline v16 dot_bf16(const void *q, size_t q_at, const void *k, size_t k_a
     __m512bh kc = (__m512bh)_mm512_loadu_si512((const uint16_t *)k + k_at + c * 32);
     dot = _mm512_dpbf16_ps(dot, qc, kc);
   }
-  return (v16)dot;
+  return (vf)dot;
 #else
   (void)q, (void)q_at, (void)k, (void)k_at, (void)C;
-  return (v16){0};
+  return (vf){0};
 #endif
 }
 
-/* KV heads h0 .. h1-1 of sequence b, in one pass over its blocks. Each tile of up to 16 keys
- * (one block, or a part of a larger one) gets its 16 scores per query head as one vector, then
+/* KV heads h0 .. h1-1 of sequence b, in one pass over its blocks. Each tile of up to VW keys
+ * (a block, or a part of a larger one) gets its VW scores per query head as one vector, then
  * an online softmax step (the running max and sum rescaled when the max grows) and its share of
  * softmax . v. While a tile's rows are read, the same rows of the next block are prefetched: a
  * few lines at a time, as a burst of a whole block would fill the core's miss buffers and
- * stall it. C = head_dim / 16, a constant where inlined, so the loops over C unroll. */
+ * stall it. C = head_dim / VW, a constant where inlined, so the loops over C unroll. */
 static inline __attribute__((always_inline)) void attend(const job_t *j, int b, int h0, int h1,
                                                          const int C) {
   const int G = j->num_heads / j->num_kv_heads, D = j->head_dim, BS = j->block_size;
@@ -143,13 +185,13 @@ static inline __attribute__((always_inline)) void attend(const job_t *j, int b, 
   const size_t q_at = (size_t)b * j->q_stride + (size_t)n0 * D;
   const size_t out_at = ((size_t)b * j->num_heads + n0) * D;
   const int pairs = bf16 && HAS_DPBF16 && C % 2 == 0; /* q . k by vdpbf16ps */
-  v16 q[NH][C], acc[NH][C];
+  vf q[NH][C], acc[NH][C];
   float max[NH], sum[NH];
   for (int n = 0; n < NH; n++) {
     max[n] = -INFINITY, sum[n] = 0.f;
     for (int c = 0; c < C; c++) {
-      if (!pairs) q[n][c] = load16(j->q, bf16, q_at + (size_t)n * D + c * 16);
-      acc[n][c] = (v16){0};
+      if (!pairs) q[n][c] = load_vec(j->q, bf16, q_at + (size_t)n * D + c * VW);
+      acc[n][c] = (vf){0};
     }
   }
   const int64_t num_blocks = (L + BS - 1) / BS;
@@ -157,11 +199,11 @@ static inline __attribute__((always_inline)) void attend(const job_t *j, int b, 
     const size_t block_at = (size_t)table[blk] * block_elems;
     const size_t next_at = blk + 1 < num_blocks ? (size_t)table[blk + 1] * block_elems : block_at;
     const int keys = L - blk * BS < BS ? (int)(L - blk * BS) : BS;
-    for (int t0 = 0; t0 < keys; t0 += 16) {
-      const int nt = keys - t0 < 16 ? keys - t0 : 16;
+    for (int t0 = 0; t0 < keys; t0 += VW) {
+      const int nt = keys - t0 < VW ? keys - t0 : VW;
       const size_t tile_at = block_at + (size_t)t0 * row_elems;
       const size_t next_tile_at = next_at + (size_t)t0 * row_elems;
-      v16 s[NH], dots[NH][16];
+      vf s[NH], dots[NH][VW];
       for (int i = 0; i < nt; i++) { /* scores: q . k of each key, unreduced */
         const size_t row = tile_at + (size_t)i * row_elems;
         prefetch_row(j->k_cache, bf16, next_tile_at + (size_t)i * row_elems, row_bytes);
@@ -174,37 +216,37 @@ static inline __attribute__((always_inline)) void attend(const job_t *j, int b, 
             }
             continue;
           }
-          v16 k[C];
-          for (int c = 0; c < C; c++) k[c] = load16(j->k_cache, bf16, at + c * 16);
+          vf k[C];
+          for (int c = 0; c < C; c++) k[c] = load_vec(j->k_cache, bf16, at + c * VW);
           for (int g = 0; g < G; g++) {
             const int n = (h - h0) * G + g;
-            v16 dot = q[n][0] * k[0];
+            vf dot = q[n][0] * k[0];
             for (int c = 1; c < C; c++) dot += q[n][c] * k[c];
             dots[n][i] = dot;
           }
         }
       }
       for (int n = 0; n < NH; n++) { /* online softmax: s becomes the tile's weights */
-        for (int i = nt; i < 16; i++) dots[n][i] = (v16){0};
-        s[n] = reduce16(dots[n]) * j->scale;
-        for (int i = nt; i < 16; i++) s[n][i] = -INFINITY;
-        const float m = max16(s[n]);
+        for (int i = nt; i < VW; i++) dots[n][i] = (vf){0};
+        s[n] = reduce_lanes(dots[n]) * j->scale;
+        for (int i = nt; i < VW; i++) s[n][i] = -INFINITY;
+        const float m = max_lanes(s[n]);
         if (m > max[n]) {
           const float rescale = expf(max[n] - m);
           sum[n] *= rescale;
           for (int c = 0; c < C; c++) acc[n][c] *= rescale;
           max[n] = m;
         }
-        s[n] = exp16(s[n] - max[n]);
-        for (int i = nt; i < 16; i++) s[n][i] = 0.f;
-        sum[n] += sum16(s[n]);
+        s[n] = exp_lanes(s[n] - max[n]);
+        for (int i = nt; i < VW; i++) s[n][i] = 0.f;
+        sum[n] += sum_lanes(s[n]);
       }
       for (int i = 0; i < nt; i++) { /* out += weights . v */
         const size_t row = tile_at + (size_t)i * row_elems;
         prefetch_row(j->v_cache, bf16, next_tile_at + (size_t)i * row_elems, row_bytes);
         for (int h = h0; h < h1; h++) {
-          v16 v[C];
-          for (int c = 0; c < C; c++) v[c] = load16(j->v_cache, bf16, row + (size_t)h * D + c * 16);
+          vf v[C];
+          for (int c = 0; c < C; c++) v[c] = load_vec(j->v_cache, bf16, row + (size_t)h * D + c * VW);
           for (int g = 0; g < G; g++) {
             const int n = (h - h0) * G + g;
             const float p = s[n][i];
@@ -216,7 +258,7 @@ static inline __attribute__((always_inline)) void attend(const job_t *j, int b, 
   }
   for (int n = 0; n < NH; n++)
     for (int c = 0; c < C; c++)
-      store16(j->out, bf16, out_at + (size_t)n * D + c * 16, acc[n][c] / sum[n]);
+      store_vec(j->out, bf16, out_at + (size_t)n * D + c * VW, acc[n][c] / sum[n]);
 }
 
 static void run_task(const job_t *j, int task) {
@@ -225,9 +267,9 @@ static void run_task(const job_t *j, int task) {
   int h1 = h0 + j->heads_per_task;
   if (h1 > j->num_kv_heads) h1 = j->num_kv_heads;
   switch (j->head_dim) {
-    case 64: attend(j, b, h0, h1, 4); break;
-    case 128: attend(j, b, h0, h1, 8); break;
-    default: attend(j, b, h0, h1, j->head_dim / 16);
+    case 64: attend(j, b, h0, h1, 64 / VW); break;
+    case 128: attend(j, b, h0, h1, 128 / VW); break;
+    default: attend(j, b, h0, h1, j->head_dim / VW);
   }
 }
 
