@@ -18,12 +18,15 @@ PACK_BATCH_HINT = 16  # rows oneDNN picks its blocked layout for; one layout ser
 
 
 def can_pack(weight: torch.Tensor) -> bool:
-    """Whether oneDNN's packed linear is there for this weight's device and dtype."""
+    """Whether oneDNN's packed linear is there for this weight's device and dtype. Its
+    bfloat16 kernels want AVX-512 (BW, VL, DQ) or AVX-NE-CONVERT: on an AVX2-only CPU
+    `_reorder_linear_weight` refuses a bfloat16 weight, so that goes through `F.linear`."""
     return (
         weight.device.type == "cpu"
         and weight.dtype in PACKED_DTYPES
         and torch.backends.mkldnn.is_available()
         and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+        and (weight.dtype != torch.bfloat16 or torch.ops.mkldnn._is_mkldnn_bf16_supported())
     )
 
 

@@ -50,3 +50,18 @@ def test_weights_are_copied_not_shared():
 def test_no_packing_where_onednn_is_missing(monkeypatch):
     monkeypatch.setattr(linear.torch.backends.mkldnn, "is_available", lambda: False)
     assert not FusedLinear(_linears([False] * 3), pack=True).is_packed
+
+
+def test_bfloat16_goes_through_f_linear_where_onednn_has_no_bfloat16_kernels(monkeypatch):
+    """An AVX2-only CPU: oneDNN refuses to pack a bfloat16 weight, float32 still packs."""
+    monkeypatch.setattr(linear.torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    mods = _linears([False] * 3, torch.bfloat16)
+    fused = FusedLinear(mods, pack=True)
+    assert not fused.is_packed
+    x = torch.randn(3, 32, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        want = torch.cat([m(x) for m in mods], dim=-1)
+        torch.testing.assert_close(fused(x), want)
+    assert FusedLinear(_linears([False] * 3), pack=True).is_packed == linear.can_pack(
+        mods[0].weight.float()
+    )
