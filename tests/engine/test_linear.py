@@ -52,16 +52,29 @@ def test_no_packing_where_onednn_is_missing(monkeypatch):
     assert not FusedLinear(_linears([False] * 3), pack=True).is_packed
 
 
-def test_bfloat16_goes_through_f_linear_where_onednn_has_no_bfloat16_kernels(monkeypatch):
-    """An AVX2-only CPU: oneDNN refuses to pack a bfloat16 weight, float32 still packs."""
+def test_bfloat16_takes_the_float32_kernels_where_onednn_has_no_bfloat16_ones(monkeypatch):
+    """An AVX2-only CPU: oneDNN refuses to pack a bfloat16 weight, so its exact float32 upcast
+    is packed; the output is bfloat16 and equals F.linear's within bfloat16 rounding."""
     monkeypatch.setattr(linear.torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
-    mods = _linears([False] * 3, torch.bfloat16)
-    fused = FusedLinear(mods, pack=True)
-    assert not fused.is_packed
-    x = torch.randn(3, 32, dtype=torch.bfloat16)
-    with torch.inference_mode():
-        want = torch.cat([m(x) for m in mods], dim=-1)
-        torch.testing.assert_close(fused(x), want)
-    assert FusedLinear(_linears([False] * 3), pack=True).is_packed == linear.can_pack(
-        mods[0].weight.float()
-    )
+    for bias in ([False] * 3, [True, False, True]):
+        mods = _linears(bias, torch.bfloat16)
+        fused = FusedLinear(mods, pack=True)
+        assert fused.upcast == fused.is_packed == linear.can_pack(torch.empty(0))
+        assert fused.upcast or fused.weight.dtype == torch.bfloat16  # no oneDNN: F.linear
+        x = torch.randn(3, 32, dtype=torch.bfloat16)
+        with torch.inference_mode():
+            want = torch.cat([m(x) for m in mods], dim=-1)
+            got = fused(x)
+            residual = torch.randn(3, 40, dtype=torch.bfloat16)
+            summed = fused.add(x, residual)
+        assert got.dtype == summed.dtype == torch.bfloat16
+        torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
+        torch.testing.assert_close(summed, residual + got)
+
+
+def test_no_upcast_where_onednn_has_bfloat16_kernels_or_for_float32(monkeypatch):
+    monkeypatch.setattr(linear.torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
+    assert not FusedLinear(_linears([False] * 3, torch.bfloat16), pack=False).upcast
+    monkeypatch.setattr(linear.torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    assert not FusedLinear(_linears([False] * 3), pack=True).upcast
+    assert not FusedLinear(_linears([False] * 3, torch.bfloat16), pack=False).upcast
