@@ -61,15 +61,16 @@ def test_bfloat16_takes_the_float32_kernels_where_onednn_has_no_bfloat16_ones(mo
         fused = FusedLinear(mods, pack=True)
         assert fused.upcast == fused.is_packed == linear.can_pack(torch.empty(0))
         assert fused.upcast or fused.weight.dtype == torch.bfloat16  # no oneDNN: F.linear
-        x = torch.randn(3, 32, dtype=torch.bfloat16)
-        with torch.inference_mode():
-            want = torch.cat([m(x) for m in mods], dim=-1)
-            got = fused(x)
-            residual = torch.randn(3, 40, dtype=torch.bfloat16)
-            summed = fused.add(x, residual)
-        assert got.dtype == summed.dtype == torch.bfloat16
-        torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
-        torch.testing.assert_close(summed, residual + got)
+        for rows in (3, 1):  # a batch, and one row (the bf16 GEMV)
+            x = torch.randn(rows, 32, dtype=torch.bfloat16)
+            with torch.inference_mode():
+                want = torch.cat([m(x) for m in mods], dim=-1)
+                got = fused(x)
+                residual = torch.randn(rows, 40, dtype=torch.bfloat16)
+                summed = fused.add(x, residual)
+            assert got.dtype == summed.dtype == torch.bfloat16
+            torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
+            torch.testing.assert_close(summed, residual + got)
 
 
 def test_no_upcast_where_onednn_has_bfloat16_kernels_or_for_float32(monkeypatch):
