@@ -25,19 +25,26 @@ static inline __attribute__((always_inline)) float round_bf16(float f) {
 }
 
 /* exp(x), Cephes' expf: x = n ln2 + r, a degree-7 polynomial in r, times 2^n (within 2 ulp of
- * expf). Below -87.3 it gives ~1e-38 (expf's smallest normal); from 88.72 on, inf, as expf. */
+ * expf). EXP_N and EXP_POLY take a float or a GCC vector of floats alike (the constants
+ * broadcast), so the paged kernel's vector exp shares them. */
+#define EXP_ROUND 12582912.f /* 1.5 * 2^23: adding it rounds to an integer */
+#define EXP_N(x) (((x) * 1.44269504f + EXP_ROUND) - EXP_ROUND) /* -126 .. 128 once clamped */
+#define EXP_POLY(x, n) /* the polynomial at r = x - n ln2 (ln2 in two parts) */                  \
+  ({                                                                                           \
+    __typeof__(x) r_ = (x) - (n) * 0.693359375f + (n) * 2.12194440e-4f;                        \
+    __typeof__(x) p_ = r_ * 1.9875691500e-4f + 1.3981999507e-3f;                               \
+    p_ = p_ * r_ + 8.3334519073e-3f;                                                           \
+    p_ = p_ * r_ + 4.1665795894e-2f;                                                           \
+    p_ = p_ * r_ + 1.6666665459e-1f;                                                           \
+    p_ = p_ * r_ + 5.0000001201e-1f;                                                           \
+    p_ * r_ * r_ + r_ + 1.f;                                                                   \
+  })
+
+/* Below -87.3 it gives ~1e-38 (expf's smallest normal); from 88.72 on, inf, as expf. */
 static inline __attribute__((always_inline)) float exp_approx(float x) {
   x = x < -87.3f ? -87.3f : x > 89.f ? 89.f : x;
-  const float round = 12582912.f; /* 1.5 * 2^23: adding it rounds to an integer */
-  const float n = (x * 1.44269504f + round) - round; /* -126 .. 128 */
-  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.f;
+  const float n = EXP_N(x);
+  const float p = EXP_POLY(x, n);
   const int32_t up = n > 0.f; /* 2^n as 2^(n - up) * 2^up: 2^128 is no float */
   const uint32_t bits = (uint32_t)((int32_t)n - up + 127) << 23;
   float scale;

@@ -97,15 +97,8 @@ static inline vf exp_lanes(vf x) {
   const vf lo = (vf){0} - 87.3f, hi = (vf){0} + 89.f;
   x = select_lanes(x < lo, lo, x);
   x = select_lanes(x > hi, hi, x);
-  const float round = 12582912.f; /* 1.5 * 2^23: adding it rounds to an integer */
-  const vf n = (x * 1.44269504f + round) - round; /* -126 .. 128 */
-  const vf r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  vf p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.f;
+  const vf n = EXP_N(x);
+  const vf p = EXP_POLY(x, n);
   const vi up = n > 0.f; /* -1 where 2^n is taken as 2^(n - 1) * 2: 2^128 is no float */
   const vi bits = (__builtin_convertvector(n, vi) + up + 127) << 23;
   return p * (vf)bits * select_lanes(up, (vf){0} + 2.f, (vf){0} + 1.f);
