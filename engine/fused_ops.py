@@ -50,6 +50,14 @@ class TorchOps:
         return F.silu(gate) * up
 
     @staticmethod
+    def argmax(x: torch.Tensor) -> torch.Tensor:
+        """Each row's argmax, the first of equal maxima, as `argmax` picks (NaN counts as the
+        maximum). Through torch.max's indices: the same ids, and on a CPU 4.5x faster in
+        bfloat16 and 2.8x in float32 for 64 rows of a 49,152-token vocabulary (1.3 against
+        6.1 ms a step in bfloat16)."""
+        return torch.max(x, dim=-1).indices
+
+    @staticmethod
     def rope_and_cache(q, k, v, cos, sin, k_cache, v_cache, slots):
         """q (T, H, D) and k (T, Hkv, D) rotated by cos, sin (T, D); this step's k and v
         written into the pool (slots, Hkv, D) at `slots` (T,). Returns the rotated q, k."""
@@ -76,7 +84,9 @@ class FusedOps:
             int_, ptr, i64, ptr, i64, ptr, i64, ptr, ptr, int_, int_, int_, int_, ptr, ptr, ptr,
             int_,
         ]  # fmt: skip
-        for fn in (self._rms_norm, self._silu_and_mul, self._rope_and_cache):
+        self._argmax = library.fused_argmax
+        self._argmax.argtypes = [int_, ptr, ptr, int_, int_, int_]
+        for fn in (self._rms_norm, self._silu_and_mul, self._rope_and_cache, self._argmax):
             fn.restype = None
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -104,6 +114,22 @@ class FusedOps:
             out.data_ptr(),
             rows,
             cols,
+            torch.get_num_threads(),
+        )
+        return out
+
+    def argmax(self, x: torch.Tensor) -> torch.Tensor:
+        """TorchOps.argmax of x (rows, cols), rows split over the threads: 0.7 against
+        torch.max's 1.7-3.7 ms a step for 64 float32 rows of a 49,152-token vocabulary on the
+        bench machine, where torch.max runs on one thread."""
+        x = x.contiguous()
+        out = torch.empty(x.shape[0], dtype=torch.int64)
+        self._argmax(
+            int(x.dtype == torch.bfloat16),
+            x.data_ptr(),
+            out.data_ptr(),
+            x.shape[0],
+            x.shape[1],
             torch.get_num_threads(),
         )
         return out

@@ -15,6 +15,7 @@ import logging
 import math
 import mmap
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -55,15 +56,27 @@ class ResidentBlocks:
         if top <= self.count:
             return
         end = min(self.num_blocks, top + max(MIN_AHEAD_BLOCKS, top // 4))
+        runs = []  # (address, bytes) of each tensor's blocks count .. end
         for t in self.tensors:
             block_bytes = t[0].numel() * t.element_size()
-            start = t.data_ptr() + self.count * block_bytes
-            if self._madvise(start, (end - self.count) * block_bytes):
-                errno = ctypes.get_errno()
-                logger.info("the KV pool stays lazily mapped (madvise: errno %d)", errno)
-                end = self.num_blocks  # never again
-                break
+            runs.append((t.data_ptr() + self.count * block_bytes, (end - self.count) * block_bytes))
+        # The step waits for this with the other cores idle, and mapping pages scales with
+        # cores (the kernel zeroes them): the runs are split over torch's threads.
+        num_threads = min(torch.get_num_threads(), len(runs))
+        with ThreadPoolExecutor(num_threads) as pool:
+            parts = [runs[i::num_threads] for i in range(num_threads)]
+            failed = [errno for errno in pool.map(self._map, parts) if errno is not None]
+        if failed:
+            logger.info("the KV pool stays lazily mapped (madvise: errno %d)", failed[0])
+            end = self.num_blocks  # never again
         self.count = end
+
+    def _map(self, runs: list[tuple[int, int]]) -> int | None:
+        """madvise each run; the errno of the first that fails, or None."""
+        for address, size in runs:
+            if self._madvise(address, size):
+                return ctypes.get_errno()
+        return None
 
 
 def _madvise():

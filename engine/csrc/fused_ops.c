@@ -7,6 +7,8 @@
  *   silu_and_mul    out = silu(gate) * up of x = [gate | up]; bf16: bf16(bf16(silu(g)) * u)
  *   rope_and_cache  q and k rotated in place (x * cos + rotate_half(x) * sin, each product
  *                   rounded in bf16), then this step's k and v rows copied into the KV pool
+ *   argmax          each row's index of its maximum, the first of equal maxima, or of its
+ *                   first NaN if it has one: torch.max(x, dim=-1).indices (the greedy sampler)
  *
  * float32 or bfloat16 (`bf16`), float32 inside; rows split over `num_threads` threads of an
  * OpenMP region (torch's own team; see engine/native_build.py) once they are large enough to
@@ -133,4 +135,30 @@ void fused_rope_and_cache(int bf16, void *q, int64_t q_stride, void *k, int64_t 
       rope_and_cache_token(q, q_stride, k, k_stride, v, v_stride, cos, sin, t, H, Hkv, D,
                            k_cache, v_cache, slots[t], 0);
   }
+}
+
+/* The row's max in a vector pass (NaN noticed, not compared), then the first index holding it:
+ * the row is in L2 for the second pass. */
+ALWAYS_INLINE int64_t argmax_row(const void *x, size_t at, int cols, const int bf16) {
+  float best = -INFINITY;
+  int nan = 0;
+#pragma omp simd reduction(max : best) reduction(| : nan)
+  for (int c = 0; c < cols; c++) {
+    const float v = load(x, bf16, at + c);
+    nan |= v != v;
+    best = v > best ? v : best;
+  }
+  for (int c = 0; c < cols; c++) {
+    const float v = load(x, bf16, at + c);
+    if (nan ? v != v : v == best)
+      return c;
+  }
+  return 0; /* cols == 0 */
+}
+
+/* x (rows, cols) contiguous -> out (rows,) int64. */
+void fused_argmax(int bf16, const void *x, int64_t *out, int rows, int cols, int num_threads) {
+#pragma omp parallel for num_threads(num_threads) if ((int64_t)rows * cols >= PARALLEL_MIN)
+  for (int r = 0; r < rows; r++)
+    out[r] = bf16 ? argmax_row(x, (size_t)r * cols, cols, 1) : argmax_row(x, (size_t)r * cols, cols, 0);
 }

@@ -94,3 +94,22 @@ def test_select_falls_back_to_torch_ops(monkeypatch):
     gone = native_build.KernelUnavailable("no working C compiler 'cc'")
     monkeypatch.setattr(native_build, "_library", lambda: gone)
     assert isinstance(select(torch.device("cpu"), torch.float32), TorchOps)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows", [1, 64])
+def test_argmax_matches_torch_max_with_ties_infinities_and_nans(fused, dtype, rows):
+    """The first of equal maxima, the first NaN where a row has one, as torch.max's indices;
+    64 rows of a vocabulary-sized row split over threads."""
+    torch.manual_seed(rows)
+    x = torch.randn(rows, 49152).to(dtype)
+    x[0, 7] = x[0, 30000] = x[0].max() + 1  # a tie: the first wins
+    if rows > 1:
+        x[1] = float("-inf")  # all -inf: index 0
+        x[2, 100:200] = float("inf")
+        x[3, 4000] = x[3, 5] = float("nan")  # NaN beats any number: the first NaN
+        x[4, :] = x[4, 12345]  # a constant row
+    want = TorchOps.argmax(x)
+    assert torch.equal(fused.argmax(x), want)
+    assert torch.equal(want, torch.argmax(x, dim=-1))  # the reference is argmax's pick
+    assert torch.equal(fused.argmax(x[:, :1000]), TorchOps.argmax(x[:, :1000]))  # strided

@@ -93,6 +93,22 @@ def test_resident_blocks_map_a_run_ahead_of_use_and_keep_what_was_written():
     assert not pools[0].any() and not pools[1].any()
 
 
+def test_resident_blocks_stay_lazy_where_madvise_fails(caplog):
+    """An old kernel without MADV_POPULATE_WRITE: the first failure (on any of the mapping
+    threads) leaves the pool to its lazy pages for good."""
+    import torch
+
+    pools = [zeroed((64, 16, 4, 64), torch.float32, torch.device("cpu")) for _ in range(4)]
+    resident = ResidentBlocks(pools)
+    calls = []
+    resident._madvise = lambda address, size: calls.append(address) or (address == calls[0])
+    with caplog.at_level("INFO", logger="engine.kv_pool"):
+        resident.cover(1)
+    assert resident.complete and "stays lazily mapped" in caplog.text
+    resident.cover(64)
+    assert len(calls) <= len(pools)  # never again
+
+
 def test_the_runner_maps_the_blocks_a_step_writes(tiny_model):
     from engine import SamplingParams
     from tests.tiny_models import make_engine
