@@ -1,8 +1,9 @@
-"""The native forward's elementwise ops: RMSNorm, SiLU-and-mul, RoPE + the KV write.
+"""The native forward's elementwise ops: RMSNorm, SiLU-and-mul, RoPE + the KV write; and the
+greedy sampler's argmax.
 
 Between its matmuls a layer of the native forward does little arithmetic, but in PyTorch
 ops it is some twenty passes over memory, each with its own dispatch: RMSNorm alone is pow,
-mean, rsqrt, two muls and two casts. `FusedOps` runs each of the three as one pass of the
+mean, rsqrt, two muls and two casts. `FusedOps` runs each op as one pass of the
 engine's C library (csrc/fused_ops.c, built by native_build.py) on the CPU, in float32 or
 bfloat16, rounding where the transformers modules round. `TorchOps` is the same maths in
 PyTorch ops, for everywhere else (CUDA, another dtype, no C compiler), and the reference the
