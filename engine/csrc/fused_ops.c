@@ -159,6 +159,8 @@ ALWAYS_INLINE int64_t argmax_row(const void *x, size_t at, int cols, const int b
 /* x (rows, cols) contiguous -> out (rows,) int64. */
 void fused_argmax(int bf16, const void *x, int64_t *out, int rows, int cols, int num_threads) {
 #pragma omp parallel for num_threads(num_threads) if ((int64_t)rows * cols >= PARALLEL_MIN)
-  for (int r = 0; r < rows; r++)
-    out[r] = bf16 ? argmax_row(x, (size_t)r * cols, cols, 1) : argmax_row(x, (size_t)r * cols, cols, 0);
+  for (int r = 0; r < rows; r++) {
+    const size_t at = (size_t)r * cols;
+    out[r] = bf16 ? argmax_row(x, at, cols, 1) : argmax_row(x, at, cols, 0);
+  }
 }
