@@ -2,19 +2,28 @@
 
 q/k/v become one projection and gate/up another, as in vLLM's `QKVParallelLinear` and
 `MergedColumnParallelLinear`: one larger matmul streams the same weights with one call
-instead of three. On a CPU with oneDNN the fused weight is pre-packed once into oneDNN's
-blocked layout (`torch.ops.mkldnn._reorder_linear_weight`) and run by
-`torch.ops.mkldnn._linear_pointwise`, the pair inductor's CPU weight freezing emits; on these
-2 cores that halves an fp32 decode step's matmuls at batch 1 and nearly triples them at batch
-16-64 (bench/RESULTS.md). Elsewhere (CUDA, a torch without oneDNN, another dtype) the fused
-weight goes through plain `F.linear`. Both give the same numbers up to float rounding.
+instead of three. The fused weight is packed once for the fastest kernel there is:
+- "panels": on a CPU whose best vectors are AVX2 (no AVX-512), the engine's own float32 GEMM
+  (csrc/gemm.c, weights in panels of 16 columns); on the 2-core AVX2 EPYC it runs a
+  SmolLM2-135M step's matmuls 1.46x faster than oneDNN at 1 row, 1.16-1.33x at 16-64 rows.
+- "onednn": elsewhere on a CPU with oneDNN, its blocked layout
+  (`torch.ops.mkldnn._reorder_linear_weight`) run by `torch.ops.mkldnn._linear_pointwise`,
+  the pair inductor's CPU weight freezing emits: 2-3x `torch.mm` at 1-64 rows.
+- "torch": everywhere else (CUDA, a torch without oneDNN, another dtype), plain `F.linear`.
+All give the same numbers up to float rounding (bench/RESULTS.md has the measurements).
 """
+
+import ctypes
+import functools
 
 import torch
 import torch.nn.functional as F
 
+from engine import native_build
+
 PACKED_DTYPES = (torch.float32, torch.bfloat16)
 PACK_BATCH_HINT = 16  # rows oneDNN picks its blocked layout for; one layout serves every M
+PANEL_WIDTH = 16  # output columns of one panel of csrc/gemm.c
 
 
 def can_pack(weight: torch.Tensor) -> bool:
@@ -28,6 +37,36 @@ def can_pack(weight: torch.Tensor) -> bool:
         and hasattr(torch.ops.mkldnn, "_linear_pointwise")
         and (weight.dtype != torch.bfloat16 or torch.ops.mkldnn._is_mkldnn_bf16_supported())
     )
+
+
+@functools.cache
+def panel_gemm():
+    """csrc/gemm.c's gemm_f32, or None where the library has none (no AVX2 and FMA) or
+    cannot be built."""
+    try:
+        gemm = native_build.library().gemm_f32
+    except (native_build.KernelUnavailable, AttributeError):
+        return None
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    gemm.argtypes = [i64, i64, i64, ptr, i64, ptr, ptr, ptr, i64, ptr, ctypes.c_int]
+    gemm.restype = None
+    return gemm
+
+
+def backend(weight: torch.Tensor, dtype: torch.dtype | None = None) -> str:
+    """Which kernel serves `weight` (out, in), or its copy in `dtype`: "panels", "onednn" or
+    "torch". Panels where AVX2 is the CPU's best (torch's own dispatch level): with AVX-512
+    oneDNN runs 512-bit kernels that the panels' 256-bit ones were not measured against."""
+    dtype = dtype or weight.dtype
+    if (
+        torch.backends.cpu.get_cpu_capability() == "AVX2"
+        and weight.device.type == "cpu"
+        and dtype == torch.float32
+        and weight.shape[0] % PANEL_WIDTH == 0
+        and panel_gemm() is not None
+    ):
+        return "panels"
+    return "onednn" if can_pack(weight.new_empty(0, dtype=dtype)) else "torch"
 
 
 class FusedLinear:
@@ -57,16 +96,19 @@ class FusedLinear:
         self.upcast = (
             pack
             and weight.dtype == torch.bfloat16
-            and not can_pack(weight)
-            and can_pack(weight.new_empty(0, dtype=torch.float32))
+            and backend(weight) == "torch"
+            and backend(weight, torch.float32) != "torch"
         )
         if self.upcast:
             self.gemv_weight, self.gemv_bias = weight, bias
             weight = weight.float()
             bias = bias.float() if bias is not None else None
         self.bias = bias
-        self.is_packed = pack and can_pack(weight)
-        if self.is_packed:
+        self.backend = backend(weight) if pack else "torch"
+        if self.backend == "panels":  # (out / 16, in, 16): 16 columns, contiguous along k
+            self.weight = weight.view(-1, PANEL_WIDTH, self.in_features).transpose(1, 2)
+            self.weight = self.weight.contiguous()
+        elif self.backend == "onednn":
             self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, PACK_BATCH_HINT)
         else:
             self.weight = weight
@@ -76,20 +118,46 @@ class FusedLinear:
         if self.upcast:
             if x.shape[0] == 1:
                 return F.linear(x, self.gemv_weight, self.gemv_bias)
-            y = torch.ops.mkldnn._linear_pointwise(
-                x.float(), self.weight, self.bias, "none", [], ""
-            )
-            return y.to(x.dtype)
-        if self.is_packed:
-            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
-        return F.linear(x, self.weight, self.bias)
+            return self._forward(x.float()).to(x.dtype)
+        return self._forward(x)
 
     def add(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         """residual + self(x), fused into the matmul in float32. In bfloat16 the fused add
         would round once where transformers rounds twice (after the matmul, after the add),
         and bf16 greedy output is checked against transformers', so it is not fused there."""
-        if self.is_packed and residual.dtype == torch.float32:
+        if self.backend != "torch" and residual.dtype == torch.float32:
+            return self._forward(x, residual)
+        return residual + self(x)
+
+    def _forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        if self.backend == "panels":
+            return self._panels(x, residual)
+        if self.backend == "onednn":
+            if residual is None:
+                return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
             return torch.ops.mkldnn._linear_pointwise.binary(
                 x, residual, self.weight, self.bias, "add"
             )
-        return residual + self(x)
+        y = F.linear(x, self.weight, self.bias)
+        return y if residual is None else residual + y
+
+    def _panels(self, x: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
+        if x.stride(-1) != 1:
+            x = x.contiguous()
+        if residual is not None and residual.stride(-1) != 1:
+            residual = residual.contiguous()
+        y = x.new_empty(x.shape[0], self.out_features)
+        panel_gemm()(
+            x.shape[0],
+            self.out_features,
+            self.in_features,
+            x.data_ptr(),
+            x.stride(0),
+            self.weight.data_ptr(),
+            None if self.bias is None else self.bias.data_ptr(),
+            None if residual is None else residual.data_ptr(),
+            0 if residual is None else residual.stride(0),
+            y.data_ptr(),
+            torch.get_num_threads(),
+        )
+        return y

@@ -89,7 +89,7 @@ class NativeDecoder:
         self.layers = [NativeLayer(layer, pack, self.ops) for layer in base.layers]
         self.norm = _norm(base.norm)
         self.lm_head = FusedLinear([model.lm_head], pack)
-        self.is_packed = self.lm_head.is_packed
+        self.backend = self.lm_head.backend
 
     def __call__(self, input_ids, positions, logits_indices) -> torch.Tensor:
         x = self.embed_tokens(input_ids)  # (T, hidden)

@@ -1,4 +1,5 @@
-"""FusedLinear: one matmul for several projections, packed for oneDNN or through F.linear."""
+"""FusedLinear: one matmul for several projections, on the engine's panel GEMM (csrc/gemm.c),
+oneDNN's packed linear or F.linear."""
 
 import pytest
 import torch
@@ -7,27 +8,82 @@ from engine import linear
 from engine.linear import FusedLinear
 
 
-def _linears(bias: list[bool], dtype=torch.float32):
+def _linears(bias: list[bool], dtype=torch.float32, sizes=(24, 8, 8), in_features=32):
     torch.manual_seed(0)
-    sizes = [24, 8, 8]
-    return [torch.nn.Linear(32, n, bias=b).to(dtype) for n, b in zip(sizes, bias, strict=True)]
+    return [
+        torch.nn.Linear(in_features, n, bias=b).to(dtype) for n, b in zip(sizes, bias, strict=True)
+    ]
+
+
+@pytest.fixture(params=["panels", "onednn"])
+def cpu_capability(request, monkeypatch):
+    """The CPU as torch's dispatch sees it: AVX2 at best (the panel GEMM's) or AVX-512."""
+    level = "AVX2" if request.param == "panels" else "AVX512"
+    monkeypatch.setattr(linear.torch.backends.cpu, "get_cpu_capability", lambda: level)
+    return request.param
 
 
 @pytest.mark.parametrize("pack", [True, False])
 @pytest.mark.parametrize("bias", [[False] * 3, [True] * 3, [True, False, True]])
-def test_fused_equals_the_separate_linears(pack, bias):
-    mods = _linears(bias)
+@pytest.mark.parametrize("sizes", [(24, 8, 8), (32, 16, 16)])  # 40 out: not whole panels
+def test_fused_equals_the_separate_linears(pack, bias, sizes, cpu_capability):
+    mods = _linears(bias, sizes=sizes)
     fused = FusedLinear(mods, pack=pack)
-    assert fused.is_packed == (pack and linear.can_pack(mods[0].weight))
-    assert fused.sizes == [24, 8, 8] and (fused.out_features, fused.in_features) == (40, 32)
+    panels = cpu_capability == "panels" and sum(sizes) % 16 == 0
+    if not pack:
+        assert fused.backend == "torch"
+    elif panels and linear.panel_gemm() is not None:
+        assert fused.backend == "panels"
+    else:
+        assert fused.backend == ("onednn" if linear.can_pack(mods[0].weight) else "torch")
+    assert fused.sizes == list(sizes) and (fused.out_features, fused.in_features) == (
+        sum(sizes),
+        32,
+    )
     x = torch.randn(5, 32)
     with torch.inference_mode():
         want = torch.cat([m(x) for m in mods], dim=-1)
         got = fused(x)
-        residual = torch.randn(5, 40)
+        residual = torch.randn(5, sum(sizes))
         summed = fused.add(x, residual)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(summed, want + residual, rtol=1e-5, atol=1e-5)
+
+
+def test_the_panel_gemm_is_built_on_this_x86_machine():
+    """The suite runs on x86-64 machines with AVX2 and FMA, where gcc builds gemm_f32: the
+    panel tests below then test it rather than pass by a fallback."""
+    if torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"):
+        assert linear.panel_gemm() is not None
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5, 6, 7, 13, 64, 193, 400])  # tiles, tails, row blocks
+@pytest.mark.parametrize("in_features", [8, 320, 700])  # one k range, exactly one, three
+@pytest.mark.parametrize("bias", [False, True])
+def test_panels_equal_f_linear_over_tiles_tails_and_k_ranges(rows, in_features, bias, monkeypatch):
+    monkeypatch.setattr(linear.torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    mods = _linears([bias, False], sizes=(48, 32), in_features=in_features)
+    fused = FusedLinear(mods)
+    assert fused.backend == "panels"
+    torch.manual_seed(rows)
+    x = torch.randn(rows, 2 * in_features)[:, ::2]  # a strided input is made contiguous
+    residual = torch.randn(rows, 80)
+    with torch.inference_mode():
+        want = torch.cat([m(x) for m in mods], dim=-1)
+        got, summed = fused(x), fused.add(x, residual)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=2e-5)
+    torch.testing.assert_close(summed, want + residual, rtol=1e-5, atol=2e-5)
+
+
+def test_panels_keep_out_of_avx512_and_of_other_dtypes_and_devices(monkeypatch):
+    monkeypatch.setattr(linear.torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    weight = torch.empty(32, 8)
+    assert linear.backend(weight) == "panels"
+    assert linear.backend(weight.to(torch.float64)) != "panels"
+    assert linear.backend(torch.empty(40, 8)) != "panels"  # not whole panels of 16
+    assert linear.backend(torch.empty(32, 8, device="meta")) == "torch"
+    monkeypatch.setattr(linear.torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    assert linear.backend(weight) == ("onednn" if linear.can_pack(weight) else "torch")
 
 
 def test_packed_and_plain_paths_agree_in_bfloat16():
@@ -47,26 +103,32 @@ def test_weights_are_copied_not_shared():
     assert fused.weight[:24].abs().sum() > 0
 
 
-def test_no_packing_where_onednn_is_missing(monkeypatch):
+def test_no_packing_where_onednn_and_the_panels_are_missing(monkeypatch):
     monkeypatch.setattr(linear.torch.backends.mkldnn, "is_available", lambda: False)
-    assert not FusedLinear(_linears([False] * 3), pack=True).is_packed
+    monkeypatch.setattr(linear, "panel_gemm", lambda: None)
+    assert FusedLinear(_linears([False] * 3, sizes=(32, 16, 16))).backend == "torch"
 
 
-def test_bfloat16_takes_the_float32_kernels_where_onednn_has_no_bfloat16_ones(monkeypatch):
+@pytest.mark.parametrize("sizes", [(24, 8, 8), (32, 16, 16)])
+def test_bfloat16_takes_the_float32_kernels_where_onednn_has_no_bfloat16_ones(
+    sizes, cpu_capability, monkeypatch
+):
     """An AVX2-only CPU: oneDNN refuses to pack a bfloat16 weight, so its exact float32 upcast
-    is packed; the output is bfloat16 and equals F.linear's within bfloat16 rounding."""
+    goes to the float32 kernels (panels or oneDNN); the output is bfloat16 and equals
+    F.linear's within bfloat16 rounding."""
     monkeypatch.setattr(linear.torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
     for bias in ([False] * 3, [True, False, True]):
-        mods = _linears(bias, torch.bfloat16)
+        mods = _linears(bias, torch.bfloat16, sizes)
         fused = FusedLinear(mods, pack=True)
-        assert fused.upcast == fused.is_packed == linear.can_pack(torch.empty(0))
-        assert fused.upcast or fused.weight.dtype == torch.bfloat16  # no oneDNN: F.linear
+        assert fused.backend == linear.backend(mods[0].weight, torch.float32)
+        assert fused.upcast == (fused.backend != "torch")
+        assert fused.upcast or fused.weight.dtype == torch.bfloat16  # neither: F.linear
         for rows in (3, 1):  # a batch, and one row (the bf16 GEMV)
             x = torch.randn(rows, 32, dtype=torch.bfloat16)
             with torch.inference_mode():
                 want = torch.cat([m(x) for m in mods], dim=-1)
                 got = fused(x)
-                residual = torch.randn(rows, 40, dtype=torch.bfloat16)
+                residual = torch.randn(rows, sum(sizes), dtype=torch.bfloat16)
                 summed = fused.add(x, residual)
             assert got.dtype == summed.dtype == torch.bfloat16
             torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)

@@ -43,17 +43,20 @@ def _runner_logits(engine, prompt: list[int], extra: list[int]) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("arch", list(TINY_ARCHS))
-@pytest.mark.parametrize("pack", [True, False])
+@pytest.mark.parametrize("kernel", ["panels", "onednn", "torch"])
 @pytest.mark.parametrize("ops", [FusedOps, TorchOps])
-def test_native_logits_equal_the_transformers_modules(arch, pack, ops, tokenizer, monkeypatch):
-    if not pack:  # the F.linear fallback (CUDA, a torch without oneDNN)
+def test_native_logits_equal_the_transformers_modules(arch, kernel, ops, tokenizer, monkeypatch):
+    monkeypatch.setattr(linear.torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    if kernel != "panels":  # the CPUs with AVX-512 (or without AVX2), or no C compiler
+        monkeypatch.setattr(linear, "panel_gemm", lambda: None)
+    if kernel == "torch":  # the F.linear fallback (CUDA, a torch without oneDNN)
         monkeypatch.setattr(linear, "can_pack", lambda weight: False)
     if ops is TorchOps:  # the elementwise ops' fallback (CUDA, no C compiler)
         monkeypatch.setattr(fused_ops, "select", lambda device, dtype: TorchOps())
     model, reference = make_tiny_pair(arch)
     engine = make_engine(model, tokenizer, model_impl="native")
     assert engine.config.model_impl == "native"
-    assert engine.runner.forward.is_packed == (pack and linear.can_pack(model.lm_head.weight))
+    assert engine.runner.forward.backend == kernel
     assert isinstance(engine.runner.forward.ops, ops)
     prompt, extra = list(range(100, 117)), [5, 6, 7]
     got = _runner_logits(engine, prompt, extra)
