@@ -3,9 +3,10 @@
 q/k/v become one projection and gate/up another, as in vLLM's `QKVParallelLinear` and
 `MergedColumnParallelLinear`: one larger matmul streams the same weights with one call
 instead of three. The fused weight is packed once for the fastest kernel there is:
-- "panels": on a CPU whose best vectors are AVX2 (no AVX-512), the engine's own float32 GEMM
-  (csrc/gemm.c, weights in panels of 16 columns); on the 2-core AVX2 EPYC it runs a
-  SmolLM2-135M step's matmuls 1.46x faster than oneDNN at 1 row, 1.16-1.33x at 16-64 rows.
+- "panels": on a CPU whose best vectors are AVX2 (no AVX-512), the engine's own GEMM
+  (csrc/gemm.c: weights in panels of 16 columns, float32 or bfloat16, float32 sums); on the
+  2-core AVX2 EPYC it runs a SmolLM2-135M step's float32 matmuls 1.46x faster than oneDNN at
+  1 row, 1.16-1.33x at 16-64 rows.
 - "onednn": elsewhere on a CPU with oneDNN, its blocked layout
   (`torch.ops.mkldnn._reorder_linear_weight`) run by `torch.ops.mkldnn._linear_pointwise`,
   the pair inductor's CPU weight freezing emits: 2-3x `torch.mm` at 1-64 rows.
@@ -41,14 +42,14 @@ def can_pack(weight: torch.Tensor) -> bool:
 
 @functools.cache
 def panel_gemm():
-    """csrc/gemm.c's gemm_f32, or None where the library has none (no AVX2 and FMA) or
+    """csrc/gemm.c's panel_gemm, or None where the library has none (no AVX2 and FMA) or
     cannot be built."""
     try:
-        gemm = native_build.library().gemm_f32
+        gemm = native_build.library().panel_gemm
     except (native_build.KernelUnavailable, AttributeError):
         return None
-    i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    gemm.argtypes = [i64, i64, i64, ptr, i64, ptr, ptr, ptr, i64, ptr, ctypes.c_int]
+    int_, i64, ptr = ctypes.c_int, ctypes.c_int64, ctypes.c_void_p
+    gemm.argtypes = [int_, i64, i64, i64, ptr, i64, ptr, ptr, ptr, i64, ptr, int_]
     gemm.restype = None
     return gemm
 
@@ -61,12 +62,21 @@ def backend(weight: torch.Tensor, dtype: torch.dtype | None = None) -> str:
     if (
         torch.backends.cpu.get_cpu_capability() == "AVX2"
         and weight.device.type == "cpu"
-        and dtype == torch.float32
+        and dtype in PACKED_DTYPES
         and weight.shape[0] % PANEL_WIDTH == 0
         and panel_gemm() is not None
     ):
         return "panels"
     return "onednn" if can_pack(weight.new_empty(0, dtype=dtype)) else "torch"
+
+
+def pack_panels(weight: torch.Tensor) -> torch.Tensor:
+    """(out, in) -> (out / 16, in, 16): panels of 16 columns, contiguous along k. In bfloat16
+    the 16 columns of one k go in the order 0, 8, 1, 9, ..., 7, 15 (csrc/gemm.c's load_w)."""
+    panels = weight.view(-1, PANEL_WIDTH, weight.shape[1]).transpose(1, 2)  # (out/16, in, 16)
+    if weight.dtype == torch.bfloat16:
+        panels = panels.unflatten(-1, (2, PANEL_WIDTH // 2)).transpose(-1, -2).flatten(-2)
+    return panels.contiguous()
 
 
 class FusedLinear:
@@ -88,11 +98,12 @@ class FusedLinear:
                 bias = None
         self.out_features, self.in_features = weight.shape
         self.sizes = [m.out_features for m in linears]  # how the output splits back
-        # bfloat16 where oneDNN has no bfloat16 kernels (AVX2): the float32 kernels on the exact
-        # upcast. A bf16 product is exact in float32, and bf16 GEMMs accumulate in float32 too,
-        # so only the order of the sums differs; torch's own bf16 matmul there was 6x slower
-        # at 64 rows. One row (a batch-1 decode) reads the weight once: torch's bf16 GEMV on
-        # the bf16 copy reads half the bytes (18 against 35 ms for a SmolLM2 step).
+        # bfloat16 where oneDNN has no bfloat16 kernels (AVX2) and the panels cannot serve (no
+        # C compiler): oneDNN's float32 kernels on the exact upcast. A bf16 product is exact in
+        # float32, and bf16 GEMMs accumulate in float32 too, so only the order of the sums
+        # differs; torch's own bf16 matmul there was 6x slower at 64 rows. One row (a batch-1
+        # decode) reads the weight once: torch's bf16 GEMV on the bf16 copy reads half the
+        # bytes (18 against 35 ms for a SmolLM2 step).
         self.upcast = (
             pack
             and weight.dtype == torch.bfloat16
@@ -105,9 +116,9 @@ class FusedLinear:
             bias = bias.float() if bias is not None else None
         self.bias = bias
         self.backend = backend(weight) if pack else "torch"
-        if self.backend == "panels":  # (out / 16, in, 16): 16 columns, contiguous along k
-            self.weight = weight.view(-1, PANEL_WIDTH, self.in_features).transpose(1, 2)
-            self.weight = self.weight.contiguous()
+        if self.backend == "panels":
+            self.weight = pack_panels(weight)
+            self.bias = bias.float() if bias is not None else None  # the sums are float32
         elif self.backend == "onednn":
             self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, PACK_BATCH_HINT)
         else:
@@ -142,12 +153,16 @@ class FusedLinear:
         return y if residual is None else residual + y
 
     def _panels(self, x: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
+        """Float32 in and out (a bfloat16 x is widened, y rounded back), float32 residual."""
+        dtype = x.dtype
+        x = x.float() if dtype != torch.float32 else x
         if x.stride(-1) != 1:
             x = x.contiguous()
         if residual is not None and residual.stride(-1) != 1:
             residual = residual.contiguous()
         y = x.new_empty(x.shape[0], self.out_features)
         panel_gemm()(
+            int(self.weight.dtype == torch.bfloat16),
             x.shape[0],
             self.out_features,
             self.in_features,
@@ -160,4 +175,4 @@ class FusedLinear:
             y.data_ptr(),
             torch.get_num_threads(),
         )
-        return y
+        return y if dtype == torch.float32 else y.to(dtype)

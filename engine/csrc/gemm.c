@@ -1,7 +1,9 @@
-/* The native forward's float32 linears on AVX2 + FMA CPUs: y = x W^T (+ bias) (+ residual).
+/* The native forward's linears on AVX2 + FMA CPUs: y = x W^T (+ bias) (+ residual), in float32
+ * arithmetic, with W in float32 or bfloat16 (widened exactly as it is loaded: half the bytes to
+ * stream, the same sums as on the float32 upcast).
  *
  * W is packed once, at load, into panels of 16 output columns: panel p holds W[16p .. 16p+15][k]
- * for k = 0 .. K-1, 16 floats per k, contiguous. A tile of up to 6 rows of x times one panel
+ * for k = 0 .. K-1, 16 values per k, contiguous. A tile of up to 6 rows of x times one panel
  * keeps its 6 x 16 sums in 12 ymm registers: per k, two loads of the panel and six broadcasts
  * of x feed twelve FMAs (BLIS's Haswell micro-kernel shape). The panels are split over the
  * threads; each panel's tiles walk the rows of x while the panel stays in cache, so the weights
@@ -10,7 +12,7 @@
  * before): the 121 matmuls of a SmolLM2-135M step, 1.46x faster at 1 row, 1.33x at 16-32,
  * 1.16-1.25x at 64, 1.05-1.1x at 512-2048 (bench/RESULTS.md).
  *
- * Built where the compiler targets AVX2 and FMA (else the library has no gemm_f32). On a CPU
+ * Built where the compiler targets AVX2 and FMA (else the library has no panel_gemm). On a CPU
  * with AVX-512 oneDNN has 512-bit kernels this one does not match: the engine keeps oneDNN
  * there (engine/linear.py). */
 #include <stdint.h>
@@ -25,13 +27,28 @@
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 
+/* The 16 weights of a panel at one k, as two vectors of 8 columns. In bfloat16 the panel holds
+ * column j in the low half of 32-bit lane j and column 8 + j in its high half: a shift and a
+ * mask widen them exactly (a bfloat16 is the high half of a float32), no shuffles. */
+static inline __attribute__((always_inline)) void load_w(const void *w, int64_t k, int bf16,
+                                                         __m256 *lo, __m256 *hi) {
+  if (bf16) {
+    const __m256i v = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + k * NR));
+    *lo = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    *hi = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xffff0000u)));
+  } else {
+    *lo = _mm256_loadu_ps((const float *)w + k * NR);
+    *hi = _mm256_loadu_ps((const float *)w + k * NR + 8);
+  }
+}
+
 /* A ROW(i) of the tile: its 16 sums in c##i##0, c##i##1. */
 #define ROWS(ROW) ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)
 
 /* Rows [0, mr) of y (ldy) = those of x (ldx) times the panel wp over kc values of k, plus y
  * (more = 1, a later k range) or bias and residual (more = 0; either may be NULL). */
-static inline __attribute__((always_inline)) void tile(int mr, int kc, const float *x,
-                                                       int64_t ldx, const float *wp, float *y,
+static inline __attribute__((always_inline)) void tile(int bf16, int mr, int kc, const float *x,
+                                                       int64_t ldx, const void *wp, float *y,
                                                        int64_t ldy, int more, const float *bias,
                                                        const float *res, int64_t ldr) {
   const __m256 b0 = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
@@ -47,7 +64,8 @@ static inline __attribute__((always_inline)) void tile(int mr, int kc, const flo
   }
   ROWS(INIT)
   for (int k = 0; k < kc; k++) {
-    const __m256 w0 = _mm256_loadu_ps(wp + k * NR), w1 = _mm256_loadu_ps(wp + k * NR + 8);
+    __m256 w0, w1;
+    load_w(wp, k, bf16, &w0, &w1);
 #define FMA(i)                                                                                 \
   if (i < mr) {                                                                                \
     const __m256 a = _mm256_broadcast_ss(x + i * ldx + k);                                     \
@@ -64,10 +82,13 @@ static inline __attribute__((always_inline)) void tile(int mr, int kc, const flo
   ROWS(STORE)
 }
 
-/* tile() compiled once per row count, the registers of absent rows left out. */
-#define TILE(n) tile(n, kc, x, ldx, wp, y, ldy, more, bias, res, ldr)
-static void tile_rows(int mr, int kc, const float *x, int64_t ldx, const float *wp, float *y,
-                      int64_t ldy, int more, const float *bias, const float *res, int64_t ldr) {
+/* tile() compiled once per weight type and row count, the registers of absent rows left out. */
+#define TILE(n)                                                                                \
+  bf16 ? tile(1, n, kc, x, ldx, wp, y, ldy, more, bias, res, ldr)                              \
+       : tile(0, n, kc, x, ldx, wp, y, ldy, more, bias, res, ldr)
+static void tile_rows(int bf16, int mr, int kc, const float *x, int64_t ldx, const void *wp,
+                      float *y, int64_t ldy, int more, const float *bias, const float *res,
+                      int64_t ldr) {
   switch (mr) {
   case 6: TILE(6); break;
   case 5: TILE(5); break;
@@ -79,9 +100,12 @@ static void tile_rows(int mr, int kc, const float *x, int64_t ldx, const float *
 }
 
 /* y (M, N; row stride N) = x (M, K; row stride ldx) W^T + bias (N or NULL) + residual (M, N;
- * row stride ldr; or NULL). wp: W packed as (N / 16, K, 16); N % 16 == 0. */
-void gemm_f32(int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx, const float *wp,
-              const float *bias, const float *residual, int64_t ldr, float *y, int num_threads) {
+ * row stride ldr; or NULL), all float32 but wp: W packed as (N / 16, K, 16), bfloat16 if bf16
+ * (its 16 columns interleaved as load_w reads them) else float32; N % 16 == 0. */
+void panel_gemm(int bf16, int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx,
+                const void *wp, const float *bias, const float *residual, int64_t ldr, float *y,
+                int num_threads) {
+  const int64_t elem = bf16 ? 2 : 4;
   const int64_t panels = N / NR, mc_max = M <= MC_MAX ? M : MC_LARGE;
   const int64_t k_ranges = (K + KC_MAX - 1) / KC_MAX, kc_max = (K + k_ranges - 1) / k_ranges;
 #pragma omp parallel num_threads(num_threads) if (M * N * K >= PARALLEL_MIN)
@@ -89,14 +113,14 @@ void gemm_f32(int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx, cons
     const int64_t m_end = m0 + mc_max < M ? m0 + mc_max : M;
 #pragma omp for schedule(static) nowait
     for (int64_t p = 0; p < panels; p++) {
-      const float *panel = wp + p * K * NR;
+      const char *panel = (const char *)wp + p * K * NR * elem;
       const float *b = bias ? bias + p * NR : 0;
       for (int64_t k0 = 0; k0 < K; k0 += kc_max) {
         const int kc = (int)(K - k0 < kc_max ? K - k0 : kc_max);
         for (int64_t m = m0; m < m_end; m += MR) {
           const float *r = residual ? residual + m * ldr + p * NR : 0;
-          tile_rows((int)(m_end - m < MR ? m_end - m : MR), kc, x + m * ldx + k0, ldx,
-                    panel + k0 * NR, y + m * N + p * NR, N, k0 > 0, b, r, ldr);
+          tile_rows(bf16, (int)(m_end - m < MR ? m_end - m : MR), kc, x + m * ldx + k0, ldx,
+                    panel + k0 * NR * elem, y + m * N + p * NR, N, k0 > 0, b, r, ldr);
         }
       }
     }

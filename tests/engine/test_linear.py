@@ -75,10 +75,31 @@ def test_panels_equal_f_linear_over_tiles_tails_and_k_ranges(rows, in_features, 
     torch.testing.assert_close(summed, want + residual, rtol=1e-5, atol=2e-5)
 
 
+@pytest.mark.parametrize("rows", [1, 7, 200])
+def test_bfloat16_panels_sum_as_the_float32_panels_on_the_upcast(rows, monkeypatch):
+    """The bfloat16 panels widen each weight exactly as they load it: the same float32 sums,
+    in the same order, as the float32 panels on the upcast weight, so the same bits."""
+    monkeypatch.setattr(linear.torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    mods = _linears([True, False], torch.bfloat16, sizes=(48, 32), in_features=700)
+    upcast = [torch.nn.Linear(700, m.out_features, bias=m.bias is not None) for m in mods]
+    with torch.no_grad():
+        for wide, m in zip(upcast, mods, strict=True):
+            wide.weight.copy_(m.weight.float())
+            if m.bias is not None:
+                wide.bias.copy_(m.bias.float())
+    narrow, wide = FusedLinear(mods), FusedLinear(upcast)
+    assert narrow.backend == wide.backend == "panels"
+    assert narrow.weight.dtype == torch.bfloat16 and wide.weight.dtype == torch.float32
+    x = torch.randn(rows, 700, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        assert torch.equal(narrow(x), wide(x.float()).to(torch.bfloat16))
+
+
 def test_panels_keep_out_of_avx512_and_of_other_dtypes_and_devices(monkeypatch):
     monkeypatch.setattr(linear.torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
     weight = torch.empty(32, 8)
     assert linear.backend(weight) == "panels"
+    assert linear.backend(weight.to(torch.bfloat16)) == "panels"
     assert linear.backend(weight.to(torch.float64)) != "panels"
     assert linear.backend(torch.empty(40, 8)) != "panels"  # not whole panels of 16
     assert linear.backend(torch.empty(32, 8, device="meta")) == "torch"
@@ -110,20 +131,19 @@ def test_no_packing_where_onednn_and_the_panels_are_missing(monkeypatch):
 
 
 @pytest.mark.parametrize("sizes", [(24, 8, 8), (32, 16, 16)])
-def test_bfloat16_takes_the_float32_kernels_where_onednn_has_no_bfloat16_ones(
-    sizes, cpu_capability, monkeypatch
-):
-    """An AVX2-only CPU: oneDNN refuses to pack a bfloat16 weight, so its exact float32 upcast
-    goes to the float32 kernels (panels or oneDNN); the output is bfloat16 and equals
-    F.linear's within bfloat16 rounding."""
+def test_bfloat16_where_onednn_has_no_bfloat16_kernels(sizes, cpu_capability, monkeypatch):
+    """An AVX2-only CPU: oneDNN refuses to pack a bfloat16 weight. The panels take the
+    bfloat16 weight as it is; where they cannot, oneDNN's float32 kernels take its exact
+    upcast. The output is bfloat16 and equals F.linear's within bfloat16 rounding."""
     monkeypatch.setattr(linear.torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
     for bias in ([False] * 3, [True, False, True]):
         mods = _linears(bias, torch.bfloat16, sizes)
         fused = FusedLinear(mods, pack=True)
         assert fused.backend == linear.backend(mods[0].weight, torch.float32)
-        assert fused.upcast == (fused.backend != "torch")
-        assert fused.upcast or fused.weight.dtype == torch.bfloat16  # neither: F.linear
-        for rows in (3, 1):  # a batch, and one row (the bf16 GEMV)
+        assert fused.upcast == (fused.backend == "onednn")
+        if fused.backend == "panels":
+            assert fused.weight.dtype == torch.bfloat16  # half the bytes of the upcast
+        for rows in (3, 1):  # a batch, and one row (the upcast's bf16 GEMV)
             x = torch.randn(rows, 32, dtype=torch.bfloat16)
             with torch.inference_mode():
                 want = torch.cat([m(x) for m in mods], dim=-1)
