@@ -6,8 +6,9 @@
  * for k = 0 .. K-1, 16 values per k, contiguous. A tile of up to 6 rows of x times one panel
  * keeps its 6 x 16 sums in 12 ymm registers: per k, two loads of the panel and six broadcasts
  * of x feed twelve FMAs (BLIS's Haswell micro-kernel shape). The threads take the panels in
- * chunks as they come free; each panel's tiles walk the rows of x while the panel stays in cache, so the weights
- * stream from memory once per block of rows (all rows up to MC_MAX, as in a decode step).
+ * chunks as they come free; each panel's tiles walk the rows of x while the panel stays in
+ * cache, so the weights stream from memory once per block of rows (all rows up to MC_MAX, as
+ * in a decode step).
  * Measured on the 2-core AVX2 EPYC against oneDNN's packed fp32 linear (what the engine ran
  * before): the 121 matmuls of a SmolLM2-135M step, 1.46x faster at 1 row, 1.33x at 16-32,
  * 1.16-1.25x at 64, 1.05-1.1x at 512-2048 (bench/RESULTS.md).
@@ -111,7 +112,7 @@ void panel_gemm(int bf16, int64_t M, int64_t N, int64_t K, const float *x, int64
   /* The panels go out in chunks, about eight per thread, to whichever thread asks next: a
    * thread that loses its core for a time slice (to the event loop, a client, a browser) leaves
    * the rest of its share to the others instead of holding them all at the barrier. */
-  const int64_t chunk = panels / (8 * num_threads) > 1 ? panels / (8 * num_threads) : 1;
+  const int64_t per_eighth = panels / (8 * num_threads), chunk = per_eighth > 1 ? per_eighth : 1;
 #pragma omp parallel num_threads(num_threads) if (M * N * K >= PARALLEL_MIN)
   for (int64_t m0 = 0; m0 < M; m0 += mc_max) {
     const int64_t m_end = m0 + mc_max < M ? m0 + mc_max : M;
