@@ -133,6 +133,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="seconds; for requests that set no timeout_s (0 = none)",
     )
     p.add_argument(
+        "--stream-interval",
+        type=_at_least_one,
+        default=1,
+        help="vLLM's: new tokens per streamed API chunk (the first and the last go at once); "
+        "fewer, larger chunks cost the server and its clients less CPU per token",
+    )
+    p.add_argument(
         "--stuck-after", type=float, default=STUCK_AFTER_S, help="seconds before a step is stuck"
     )
     remote = p.add_argument_group("a remote server instead of the in-process engine")
@@ -243,6 +250,16 @@ def _pace(text: str) -> str:
     return text
 
 
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def control_seat(args: argparse.Namespace) -> Seat:
     """Who drives the board: --controls (default: locked if a presenter key is given, seat on
     a Space, else open) and the seat's times."""
@@ -274,10 +291,12 @@ def create_app(
     api_keys: list[str] | None = None,
     api: bool = True,
     seat: Seat | None = None,
+    stream_interval: int = 1,
 ) -> FastAPI:
     """FastAPI app: the board at "/", GET /healthz; add more routes to it before serving.
     api=False (a board over a remote server): no /v1 routes and no /metrics of its own;
-    clients talk to that server directly. `seat`: who drives the board (default: anyone)."""
+    clients talk to that server directly. `seat`: who drives the board (default: anyone).
+    `stream_interval`: new tokens per streamed API chunk (vLLM's --stream-interval)."""
     app = FastAPI(
         title="Continuous batching playground",
         summary="OpenAI-compatible API of the shared engine the board shows",
@@ -296,7 +315,8 @@ def create_app(
         }
 
     if api:  # /v1 (OpenAI-compatible), /health and /metrics, before the mount
-        register_api(app, driver, model_name=served_model_names, api_keys=api_keys or ())
+        register_api(app, driver, model_name=served_model_names, api_keys=api_keys or (),
+                     stream_interval=stream_interval)  # fmt: skip
         refuse_other_methods(app)
     demo = build_ui(driver, seat)
     theme = gr.themes.Soft(primary_hue="indigo", neutral_hue="slate")
@@ -331,7 +351,8 @@ def main(argv=None) -> None:
     seat.on_handover = driver.resume  # a pause ends when its holder's seat does
     if args.scenario:
         SCENARIOS[args.scenario].start(driver)
-    app = create_app(driver, args.served_model_name, args.api_key, api=not connections, seat=seat)
+    app = create_app(driver, args.served_model_name, args.api_key, api=not connections, seat=seat,
+                     stream_interval=args.stream_interval)  # fmt: skip
     uv_config = uvicorn.Config(app, host=host, port=port, log_level="warning", **proxy_trust(args))
     server = _Server(uv_config)
     url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"

@@ -120,13 +120,13 @@ def run_http(system: str, dtype: str, workload, args, log_path: Path) -> dict:
             "--max-num-batched-tokens", str(args.max_num_batched_tokens),
             "--num-kv-blocks", str(num_kv_blocks(args, dtype)),
             "--limit-in-flight", str(len(workload)),  # one client, every request in flight
-            "--request-timeout", "0",
+            "--request-timeout", "0", "--stream-interval", str(args.stream_interval),
         ]  # fmt: skip
         return run_server(command, "/healthz", port, workload, args, log_path)
     command = [
         args.vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model", args.model_dir,
         "--dtype", dtype, "--max-model-len", str(MAX_MODEL_LEN), "--port", str(port),
-        "--served-model-name", SERVED_NAME,
+        "--served-model-name", SERVED_NAME, "--stream-interval", str(args.stream_interval),
     ]  # fmt: skip
     return run_server(command, "/health", port, workload, args, log_path, env=vllm_env(args))
 
@@ -260,6 +260,10 @@ def parse_args():
         help="VLLM_CPU_NUM_OF_RESERVED_CPU: cores vLLM keeps off its compute threads (default "
         "0: it computes on all of them, as the engine does; vLLM's own default on x86 is 1)",
     )  # fmt: skip
+    parser.add_argument(
+        "--stream-interval", type=int, default=1,
+        help="both servers' --stream-interval: new tokens per streamed chunk (vLLM's default 1)",
+    )  # fmt: skip
     parser.add_argument("--ready-timeout", type=float, default=600.0, help="server start, s")
     parser.add_argument("--log-dir", type=Path, default=ROOT / "bench" / "out")
     parser.add_argument("--output-json", default=None)
@@ -276,6 +280,8 @@ def parse_args():
     for name, (full, quick) in defaults.items():  # --quick changes only what is not given
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
+    if args.stream_interval < 1:
+        parser.error(f"--stream-interval must be at least 1, got {args.stream_interval}")
     if args.batch1_max_tokens < 2:
         parser.error(f"--batch1-max-tokens must be at least 2, got {args.batch1_max_tokens}")
     return args

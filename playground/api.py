@@ -83,6 +83,7 @@ def register_api(
     model_name: str | Sequence[str] | None = None,
     metrics: bool = True,
     api_keys: Sequence[str] = (),
+    stream_interval: int = 1,
 ) -> None:
     """Add the /v1 routes, GET /health (and GET /metrics) to `app`; call before mounting
     Gradio at "/".
@@ -93,7 +94,13 @@ def register_api(
     several (vLLM's --served-model-name: the first is the one answered with, the others are
     accepted); by default the loaded model's short name, its hub id accepted too. With
     `api_keys`, every /v1 route wants `Authorization: Bearer <one of them>` (401 otherwise).
+    `stream_interval` is vLLM's `--stream-interval`: a streamed chunk waits for that many new
+    tokens (the first and the last go at once); a request's own `stream_interval` may raise it.
     """
+    if isinstance(stream_interval, bool) or not isinstance(stream_interval, int):
+        raise TypeError(f"stream_interval must be an int, got {stream_interval!r}")
+    if stream_interval < 1:
+        raise ValueError(f"stream_interval must be >= 1, got {stream_interval}")
     get_driver = driver if callable(driver) else (lambda: driver)
     given = (model_name,) if isinstance(model_name, str) else tuple(model_name or ())
     guard = [Depends(bearer_auth(api_keys))] if api_keys else []
@@ -132,11 +139,11 @@ def register_api(
 
     @app.post("/v1/chat/completions", dependencies=guard, **ROUTE_DOCS[ChatCompletionRequest])
     async def chat_completions(request: Request):
-        return await _serve(request, ChatCompletionRequest, ready, check_model)
+        return await _serve(request, ChatCompletionRequest, ready, check_model, stream_interval)
 
     @app.post("/v1/completions", dependencies=guard, **ROUTE_DOCS[CompletionRequest])
     async def completions(request: Request):
-        return await _serve(request, CompletionRequest, ready, check_model)
+        return await _serve(request, CompletionRequest, ready, check_model, stream_interval)
 
     def describe():
         d = get_driver()
@@ -180,7 +187,7 @@ def bearer_auth(api_keys: Sequence[str]):
     return check
 
 
-async def _serve(request: Request, body_cls, ready, check_model):
+async def _serve(request: Request, body_cls, ready, check_model, stream_interval: int):
     try:
         d = ready()
         body = await _parse(request, body_cls)
@@ -202,7 +209,8 @@ async def _serve(request: Request, body_cls, ready, check_model):
             if not tracker.finished:
                 d.abort(job.request_id)
 
-        return _EventStream(_stream(d, handle, tracker), on_close=close)
+        every = max(stream_interval, body.stream_interval or 1)
+        return _EventStream(_stream(d, handle, tracker, every), on_close=close)
     return await _respond(request, d, handle, tracker)
 
 
@@ -351,7 +359,7 @@ def _submit(d: EngineDriver, job: CompletionJob, owner: str) -> RequestHandle:
 
 async def _respond(request: Request, d: EngineDriver, handle: RequestHandle, tracker):
     next_look = time.monotonic() + HEARTBEAT_S
-    async with aclosing(outputs(handle, HEARTBEAT_S)) as stream:
+    async with aclosing(outputs(handle, HEARTBEAT_S, stream_interval=None)) as stream:
         async for out in stream:
             if time.monotonic() >= next_look:  # is the client still there?
                 next_look = time.monotonic() + HEARTBEAT_S
@@ -367,14 +375,15 @@ async def _respond(request: Request, d: EngineDriver, handle: RequestHandle, tra
                         return exc.response()
 
 
-async def _stream(d: EngineDriver, handle: RequestHandle, tracker):
-    """The server-sent events of one request, `data: [DONE]` last. A failure part-way sends
-    an error event (OpenAI's shape) instead of the rest; the response's on_close then aborts
-    the request. While no output comes for KEEPALIVE_S (a paused board: it resumes by itself
+async def _stream(d: EngineDriver, handle: RequestHandle, tracker, stream_interval: int):
+    """The server-sent events of one request, each with `stream_interval` new tokens or more
+    (the first and the last aside), `data: [DONE]` last. A failure part-way sends an error
+    event (OpenAI's shape) instead of the rest; the response's on_close then aborts the
+    request. While no output comes for KEEPALIVE_S (a paused board: it resumes by itself
     within the driver's max_pause_s) a comment line keeps the connection alive and says why;
     SSE clients skip comments."""
     try:
-        async with aclosing(outputs(handle, HEARTBEAT_S)) as stream:
+        async with aclosing(outputs(handle, HEARTBEAT_S, stream_interval)) as stream:
             quiet_since = time.monotonic()
             async for out in stream:
                 now = time.monotonic()

@@ -146,6 +146,8 @@ class RequestBody(BaseModel):
     priority: int = 0  # vLLM extension: lower runs first (the engine's policy "priority")
     stream: bool = False
     stream_options: "StreamOptions | None" = None
+    # vLLM extension: new tokens per streamed chunk; raises the server's --stream-interval
+    stream_interval: Annotated[int, Field(ge=1)] | None = None
 
     @model_validator(mode="before")
     @classmethod

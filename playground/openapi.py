@@ -190,14 +190,17 @@ def request_schema(body_cls, limits: PublicLimits, vocab: int | None, policy: st
         }
     else:
         _one_prompt(props["prompt"]["anyOf"])
-        schema["allOf"].append(_beam_search_rules())
+        max_width = min(MAX_BEAM_WIDTH, limits.max_n)  # beams count against --limit-n
+        props["best_of"]["anyOf"][0]["maximum"] = max_width
+        schema["allOf"].append(_beam_search_rules(max_width))
     return schema
 
 
-def _beam_search_rules() -> dict:
+def _beam_search_rules(max_width: int) -> dict:
     """/v1/completions' beam search (use_beam_search): best_of beams (default n, at least 2,
-    n <= best_of) and the sampling fields at the values beam search leaves alone. Without it,
-    best_of is n and length_penalty 1. Cross-field rules, so one case per beam width."""
+    at most `max_width`, n <= best_of) and the sampling fields at the values beam search
+    leaves alone. Without it, best_of is n and length_penalty 1. Cross-field rules, so one
+    case per beam width."""
     null = {"type": "null"}
     leave_alone = {
         "temperature": {"enum": [0, None]}, "top_p": {"enum": [1, None]},
@@ -209,14 +212,14 @@ def _beam_search_rules() -> dict:
     up_to = lambda k: {"anyOf": [null, {"type": "integer", "maximum": k}]}  # noqa: E731
     widths = [
         {"required": ["best_of"], "properties": {"best_of": {"const": k}, "n": up_to(k)}}
-        for k in range(2, MAX_BEAM_WIDTH + 1)
+        for k in range(2, max_width + 1)
     ]
     widths.append({"required": ["n"], "properties": {"best_of": null, "n": {"minimum": 2}}})
     as_n = [{"properties": {"best_of": null}},
             {"properties": {"best_of": {"const": 1}, "n": {"enum": [1, None]}}}]  # fmt: skip
     as_n += [
         {"required": ["n"], "properties": {"best_of": {"const": k}, "n": {"const": k}}}
-        for k in range(2, MAX_BEAM_WIDTH + 1)
+        for k in range(2, max_width + 1)
     ]
     return {
         "if": {"required": ["use_beam_search"], "properties": {"use_beam_search": {"const": True}}},

@@ -6,12 +6,17 @@ the loop's self-pipe on every call, and a wake-up per stream per step is CPU tak
 forward on a small machine. A stream that falls behind (a busy loop) reads the outputs that
 piled up as one, as vLLM's output collector merges them: one chunk with the joined text, not
 one chunk per token to catch up with.
+
+`StreamInterval` holds a request's outputs back on the driver thread until it has enough new
+tokens (vLLM's `--stream-interval`), or until it finishes (a non-streamed response needs only
+its last output): the event loop does not even wake for the others.
 """
 
 import asyncio
 import contextlib
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import replace
 
 from engine import RequestOutput
@@ -54,13 +59,49 @@ class Outbox:
             inbox.put_nowait(item)
 
 
-async def outputs(handle: RequestHandle, heartbeat_s: float):
-    """The handle's RequestOutputs without blocking the event loop, those that piled up
-    merged into one, plus a None every `heartbeat_s` without one. A refusal the driver hands
-    over is raised."""
+class StreamInterval:
+    """On the driver thread: a request's outputs for `send`, each once it has `every` new
+    tokens (the most of any of its completions) since the last one sent; the first and the
+    last go at once, held ones are merged into the next. `every=None`: only the last. A
+    refusal or an error goes at once, after what was held."""
+
+    def __init__(self, every: int | None, send: Callable[[object], None]):
+        self.every, self.send = every, send
+        self.held: RequestOutput | None = None
+        self.num_sent: int | None = None  # tokens as of the last output sent; None: none sent
+
+    def __call__(self, item) -> None:
+        if self.held is not None:
+            merged = merge(self.held, item)
+            if merged is None:  # not one to merge with: what was held goes first
+                self._send(self.held)
+            else:
+                item = merged
+            self.held = None
+        if isinstance(item, RequestOutput) and not item.finished and not self._due(item):
+            self.held = item
+            return
+        self._send(item)
+
+    def _due(self, out: RequestOutput) -> bool:
+        if self.every is None:
+            return False
+        return self.num_sent is None or _num_tokens(out) - self.num_sent >= self.every
+
+    def _send(self, item) -> None:
+        if isinstance(item, RequestOutput):
+            self.num_sent = _num_tokens(item)
+        self.send(item)
+
+
+async def outputs(handle: RequestHandle, heartbeat_s: float, stream_interval: int | None = 1):
+    """The handle's RequestOutputs without blocking the event loop, at most one per
+    `stream_interval` new tokens (None: the last only; see StreamInterval), those that piled
+    up merged into one, plus a None every `heartbeat_s` without one. A refusal the driver
+    hands over is raised."""
     inbox: asyncio.Queue = asyncio.Queue()
     outbox = Outbox.of(asyncio.get_running_loop())
-    handle.listen(lambda item: outbox.post(inbox, item))
+    handle.listen(StreamInterval(stream_interval, lambda item: outbox.post(inbox, item)))
     while True:
         if inbox.empty():
             try:
@@ -98,3 +139,7 @@ def merge(earlier: RequestOutput, later: RequestOutput | Exception) -> RequestOu
         for a, b in zip(earlier.outputs, later.outputs, strict=True)
     ]
     return replace(later, outputs=joined)
+
+
+def _num_tokens(out: RequestOutput) -> int:
+    return max((len(c.token_ids) for c in out.outputs), default=0)

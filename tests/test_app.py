@@ -41,6 +41,15 @@ def test_cli_flags_map_to_engine_config(monkeypatch):
     assert app.resolve_host_port(app.parse_args(["--host", "10.0.0.1"]))[0] == "10.0.0.1"
 
 
+def test_stream_interval_flag(capsys):
+    assert app.parse_args([]).stream_interval == 1
+    assert app.parse_args(["--stream-interval", "4"]).stream_interval == 4
+    for bad in ("0", "two"):
+        with pytest.raises(SystemExit):
+            app.parse_args(["--stream-interval", bad])
+        assert "--stream-interval" in capsys.readouterr().err
+
+
 def test_vllm_serve_spellings(monkeypatch):
     hub_id = "Qwen/Qwen2.5-0.5B-Instruct"
     flags = ["--num-gpu-blocks-override", "96", "--no-enable-prefix-caching",

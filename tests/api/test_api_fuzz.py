@@ -53,6 +53,9 @@ def test_the_openapi_document_declares_bodies_errors_and_the_metrics_text(fuzz_s
     assert set(chat["responses"]["200"]["content"]) == {"application/json", "text/event-stream"}
     assert set(spec["paths"]["/metrics"]["get"]["responses"]["200"]["content"]) == {"text/plain"}
     assert "503" in spec["paths"]["/health"]["get"]["responses"]
+    completions = spec["paths"]["/v1/completions"]["post"]["requestBody"]["content"]
+    best_of = completions["application/json"]["schema"]["properties"]["best_of"]["anyOf"][0]
+    assert best_of["maximum"] == 4  # beams count against the server's --limit-n
 
 
 @pytest.mark.timeout(1200)  # about a minute alone on 2 cores; much more on a crowded machine

@@ -1,5 +1,6 @@
 """vLLM's extension fields on /v1/completions: beam search (use_beam_search, best_of, n,
-length_penalty) and priority."""
+length_penalty) and priority; and vLLM's stream interval (--stream-interval, and a request's
+own stream_interval)."""
 
 import json
 
@@ -8,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from engine import SamplingParams
-from tests.api.server import TINY_MODEL, bare_app
+from tests.api.server import TINY_MODEL, Server, bare_app, openai_client
 from tests.tiny_models import make_engine
 
 PROMPT = "Beam search keeps several candidates:"
@@ -57,6 +58,7 @@ def test_a_streamed_beam_search_sends_each_beam_whole_at_the_end(app_server):
         ({"use_beam_search": True, "best_of": 2, "top_p": 0.5}, "top_p"),
         ({"best_of": 3}, "best_of"),  # without beams
         ({"length_penalty": 0.5}, "length_penalty"),  # without beams
+        ({"stream": True, "stream_interval": 0}, "stream_interval"),
     ],
 )
 def test_bad_extension_fields_are_refused_naming_them(app_server, fields, param):
@@ -83,3 +85,35 @@ def test_chat_does_not_take_beam_search(app_server):
             "use_beam_search": True}  # fmt: skip
     r = httpx.post(app_server.url + "/v1/chat/completions", json=body, timeout=30)
     assert r.status_code == 400 and r.json()["error"]["param"] == "use_beam_search"
+
+
+def test_a_stream_interval_sends_chunks_of_that_many_tokens(make_driver):
+    driver = make_driver()
+    server = Server(bare_app(lambda: driver, stream_interval=3))  # --stream-interval 3
+    kw = dict(model=TINY_MODEL, prompt=PROMPT, max_tokens=11, temperature=0, logprobs=0)
+    try:
+        client = openai_client(server.url)
+        whole = client.completions.create(**kw).choices[0]
+
+        def streamed(**extra) -> tuple[str, list[int], str | None]:
+            chunks = list(client.completions.create(stream=True, **kw, **extra))
+            text = "".join(c.choices[0].text for c in chunks)
+            return text, [len(c.choices[0].logprobs.tokens) for c in chunks], chunks[-1]
+
+        for extra, every in [({}, 3), ({"extra_body": {"stream_interval": 1}}, 3),
+                             ({"extra_body": {"stream_interval": 5}}, 5)]:  # fmt: skip
+            text, sizes, last = streamed(**extra)
+            assert text == whole.text and sum(sizes) == 11, (extra, sizes)
+            assert sizes[0] == 1 and all(n >= every for n in sizes[1:-1]), (extra, sizes)
+            assert len(sizes) <= 1 + -(-10 // every), (extra, sizes)
+            assert last.choices[0].finish_reason == "length"
+    finally:
+        server.stop()
+
+
+def test_register_api_refuses_a_stream_interval_below_one(make_driver):
+    driver = make_driver()
+    with pytest.raises(ValueError, match="stream_interval"):
+        bare_app(lambda: driver, stream_interval=0)
+    with pytest.raises(TypeError, match="stream_interval"):
+        bare_app(lambda: driver, stream_interval=2.5)

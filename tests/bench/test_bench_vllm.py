@@ -49,7 +49,13 @@ def test_http_over_offline():
 
 
 @pytest.mark.parametrize(
-    ("flag", "value"), [("--parts", "offline,gpu"), ("--dtypes", "float16"), ("--systems", "")]
+    ("flag", "value"),
+    [
+        ("--parts", "offline,gpu"),
+        ("--dtypes", "float16"),
+        ("--systems", ""),
+        ("--stream-interval", "0"),
+    ],
 )
 def test_a_bad_choice_names_its_flag(monkeypatch, capsys, flag, value):
     monkeypatch.setattr(sys, "argv", ["bench_vllm.py", flag, value])

@@ -1,5 +1,6 @@
 """The driver thread's outputs on the event loop: one wake-up per batch, piled-up outputs
-merged, refusals raised, heartbeats while nothing comes."""
+merged, refusals raised, heartbeats while nothing comes; a stream interval holds outputs back
+on the driver thread until they have enough new tokens."""
 
 import asyncio
 import threading
@@ -9,7 +10,7 @@ import pytest
 
 from engine import CompletionOutput, RequestMetrics, RequestOutput, StopReason
 from engine.openmp import off_thread
-from playground.outbox import Outbox, merge, outputs
+from playground.outbox import Outbox, StreamInterval, merge, outputs
 from playground.requests import RequestHandle, RequestRejected
 
 
@@ -107,3 +108,81 @@ def test_merge_keeps_each_choice_and_refuses_other_shapes():
     assert [(c.index, c.delta, c.text) for c in two.outputs] == [(0, "ab", "ab"), (1, "xy", "xy")]
     assert merge(output("r", ["a"], ["a"]), output("r", ["a", "b"], ["", "b"])) is None
     assert merge(output("r", ["a"], ["a"]), RequestRejected("no", "n")) is None
+
+
+def growing(rid: str, text: str) -> list[RequestOutput]:
+    """One output per character of `text` (a token each), the last one finished."""
+    outs = []
+    for n in range(1, len(text) + 1):
+        outs.append(output(rid, [text[:n]], [text[n - 1]], finished=n == len(text)))
+    return outs
+
+
+def test_a_stream_interval_sends_the_first_then_every_nth_token_and_the_last():
+    sent = []
+    gate = StreamInterval(3, sent.append)
+    for out in growing("r", "abcdefgh"):
+        gate(out)
+    assert [(o.outputs[0].delta, len(o.outputs[0].token_ids), o.finished) for o in sent] == [
+        ("a", 1, False),  # the first at once
+        ("bcd", 4, False),
+        ("efg", 7, False),
+        ("h", 8, True),  # the last at once, whatever it holds
+    ]
+    assert "".join(o.outputs[0].delta for o in sent) == "abcdefgh"
+
+
+def test_stream_interval_one_sends_every_token_and_none_sends_only_the_last():
+    every = []
+    gate = StreamInterval(1, every.append)
+    for out in growing("r", "abcd"):
+        gate(out)
+    assert [o.outputs[0].delta for o in every] == ["a", "b", "c", "d"]
+    last = []
+    gate = StreamInterval(None, last.append)
+    for out in growing("r", "abcd"):
+        gate(out)
+    assert [(o.outputs[0].delta, o.outputs[0].text, o.finished) for o in last] == [
+        ("abcd", "abcd", True)
+    ]
+
+
+def test_a_stream_interval_sends_what_it_held_before_a_refusal_or_another_shape():
+    sent = []
+    gate = StreamInterval(5, sent.append)
+    first, second, third = growing("r", "abcd")[:3]
+    gate(first)
+    gate(second)
+    gate(third)
+    refusal = RequestRejected("gone", "prompt")
+    gate(refusal)
+    assert [o.outputs[0].delta for o in sent[:2]] == ["a", "bc"]
+    assert sent[2] is refusal
+    sent.clear()
+    gate = StreamInterval(5, sent.append)
+    gate(output("r", ["a"], ["a"]))
+    gate(output("r", ["ab"], ["b"]))
+    two = output("r", ["abc", "x"], ["c", "x"])  # another set of completions: no merge
+    gate(two)
+    assert [o.outputs[0].delta for o in sent] == ["a", "b"]
+    assert gate.held is two
+
+
+def test_outputs_with_a_stream_interval_reach_the_loop_merged():
+    handle = RequestHandle("req-4", None)
+
+    async def main():
+        seen = []
+        stream = outputs(handle, heartbeat_s=5, stream_interval=4)
+        first = asyncio.ensure_future(stream.__anext__())
+        await asyncio.sleep(0.01)  # listening now
+        for out in growing("req-4", "abcdefghij"):
+            handle.put(out)
+        seen.append(await first)
+        async for out in stream:
+            seen.append(out)
+        return seen
+
+    seen = run(main)
+    assert "".join(o.outputs[0].delta for o in seen) == "abcdefghij"
+    assert seen[-1].finished and len(seen) <= 4  # a, bcde, fghi, j (some merged on the loop)
