@@ -23,6 +23,9 @@ import time
 
 T_START = time.monotonic()  # `make run` -> page answering is measured from here
 
+import playground  # noqa: E402, F401 - before gradio: see playground/gradio_import.py
+
+# isort: split
 import gradio as gr  # noqa: E402
 import uvicorn  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
