@@ -71,27 +71,30 @@ class StreamInterval:
         self.num_sent: int | None = None  # tokens as of the last output sent; None: none sent
 
     def __call__(self, item) -> None:
-        if self.held is not None:
-            merged = merge(self.held, item)
+        held, self.held = self.held, None
+        if held is not None:
+            merged = merge(held, item)
             if merged is None:  # not one to merge with: what was held goes first
-                self._send(self.held)
+                self._send(held, _num_tokens(held))
             else:
                 item = merged
-            self.held = None
-        if isinstance(item, RequestOutput) and not item.finished and not self._due(item):
-            self.held = item
+        if not isinstance(item, RequestOutput):
+            self.send(item)
             return
-        self._send(item)
+        num_tokens = _num_tokens(item)
+        if item.finished or self._due(num_tokens):
+            self._send(item, num_tokens)
+        else:
+            self.held = item
 
-    def _due(self, out: RequestOutput) -> bool:
+    def _due(self, num_tokens: int) -> bool:
         if self.every is None:
             return False
-        return self.num_sent is None or _num_tokens(out) - self.num_sent >= self.every
+        return self.num_sent is None or num_tokens - self.num_sent >= self.every
 
-    def _send(self, item) -> None:
-        if isinstance(item, RequestOutput):
-            self.num_sent = _num_tokens(item)
-        self.send(item)
+    def _send(self, out: RequestOutput, num_tokens: int) -> None:
+        self.num_sent = num_tokens
+        self.send(out)
 
 
 async def outputs(handle: RequestHandle, heartbeat_s: float, stream_interval: int | None = 1):
