@@ -228,13 +228,14 @@ def table(results: dict, dtypes: list[str]) -> list[str]:
     return lines
 
 
-def http_over_offline(results: dict, dtypes: list[str], num_rounds: int = 1) -> list[str]:
+def http_over_offline(results: dict, dtypes: list[str]) -> list[str]:
     """HTTP tok/s over in-process tok/s, each round's pair on its own; their median."""
+    rounds = sorted({r["round"] for runs in results.values() for r in runs})
     lines = []
     for dtype in dtypes:
         for system in SYSTEMS:
             ratios = []
-            for round_ in range(num_rounds):
+            for round_ in rounds:
                 h = lookup(results, "http", dtype, system, "tokens_per_s", round_)
                 o = lookup(results, "offline", dtype, system, "tokens_per_s", round_)
                 if h is not None and o is not None:
@@ -242,7 +243,7 @@ def http_over_offline(results: dict, dtypes: list[str], num_rounds: int = 1) -> 
             if not ratios:
                 continue
             line = f"{system} HTTP / in process, {dtype}: {statistics.median(ratios):.2f}x tok/s"
-            if num_rounds > 1:
+            if len(rounds) > 1:
                 each = ", ".join(f"{r:.2f}" for r in ratios)
                 line += f" (median of {len(ratios)} rounds: {each})"
             lines.append(line)
@@ -357,7 +358,7 @@ def main():
     if args.repeat > 1:
         print(f"medians of {args.repeat} rounds")
     print("\n".join(table(results, args.dtypes)))
-    print("\n".join(http_over_offline(results, args.dtypes, args.repeat)))
+    print("\n".join(http_over_offline(results, args.dtypes)))
     if args.output_json:
         payload = {
             "machine": machine,

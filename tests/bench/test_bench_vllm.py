@@ -49,22 +49,20 @@ def test_http_over_offline():
     ]
 
 
+def engine_rounds(part, speeds):
+    return [run for i, t in enumerate(speeds) for run in result(part, "engine", i, tokens_per_s=t)]
+
+
 def test_rounds_give_medians_and_a_ratio_per_round():
-    offline = [300.0, 200.0, 250.0]  # a machine whose speed drifts between rounds
-    http = [270.0, 200.0, 150.0]
-    results = {
-        ("offline", "float32", "engine"): [
-            r for i, t in enumerate(offline) for r in result("offline", "engine", i, tokens_per_s=t)
-        ],
-        ("http", "float32", "engine"): [
-            r for i, t in enumerate(http) for r in result("http", "engine", i, tokens_per_s=t)
-        ],
+    results = {  # a machine whose speed drifts between rounds
+        ("offline", "float32", "engine"): engine_rounds("offline", [300.0, 200.0, 250.0]),
+        ("http", "float32", "engine"): engine_rounds("http", [270.0, 200.0, 150.0]),
     }
     rows = bench_vllm.table(results, ["float32"])
     assert "| offline, float32 (tok/s) | - | 250.0 | - |" in rows  # the median
     assert "| HTTP, openai client, float32 (tok/s) | - | 200.0 | - |" in rows
     # each round's own pair (0.90, 1.00, 0.60), not median over median (0.80)
-    assert bench_vllm.http_over_offline(results, ["float32"], num_rounds=3) == [
+    assert bench_vllm.http_over_offline(results, ["float32"]) == [
         "engine HTTP / in process, float32: 0.90x tok/s (median of 3 rounds: 0.90, 1.00, 0.60)"
     ]
 
