@@ -7,6 +7,10 @@ forward on a small machine. A stream that falls behind (a busy loop) reads the o
 piled up as one, as vLLM's output collector merges them: one chunk with the joined text, not
 one chunk per token to catch up with.
 
+Each stream waits on a Mailbox: a deque and one future at a time, its heartbeat one timer
+handle per wait. (An asyncio.Queue read under `asyncio.timeout` costs several times that in
+Python per output, on the loop that writes every stream.)
+
 `StreamInterval` holds a request's outputs back on the driver thread until it has enough new
 tokens (vLLM's `--stream-interval`), or until it finishes (a non-streamed response needs only
 its last output): the event loop does not even wake for the others.
@@ -16,6 +20,7 @@ import asyncio
 import contextlib
 import threading
 import weakref
+from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -27,13 +32,51 @@ _outboxes: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Outbox]" = (
 )
 
 
+class Mailbox:
+    """One stream's items on its event loop, in order; awaited with a timeout."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self._loop = loop
+        self._items: deque = deque()
+        self._waiter: asyncio.Future | None = None
+
+    def put_nowait(self, item) -> None:
+        """On the loop's thread (Outbox delivers with it)."""
+        self._items.append(item)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get_nowait(self):
+        return self._items.popleft()
+
+    async def wait(self, timeout: float) -> bool:
+        """Until an item is there or `timeout` s have passed: whether one is."""
+        if not self._items:
+            self._waiter = waiter = self._loop.create_future()
+            timer = self._loop.call_later(timeout, _wake, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
+        return bool(self._items)
+
+
+def _wake(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 class Outbox:
-    """Items posted by any thread, delivered to their asyncio queues on `loop`."""
+    """Items posted by any thread, delivered to their Mailboxes on `loop`."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self._loop = loop
         self._lock = threading.Lock()
-        self._items: list[tuple[asyncio.Queue, object]] = []
+        self._items: list[tuple[Mailbox, object]] = []
 
     @classmethod
     def of(cls, loop: asyncio.AbstractEventLoop) -> "Outbox":
@@ -43,7 +86,7 @@ class Outbox:
             outbox = _outboxes[loop] = cls(loop)
         return outbox
 
-    def post(self, inbox: asyncio.Queue, item) -> None:
+    def post(self, inbox: Mailbox, item) -> None:
         """Any thread: `item` goes to `inbox`; the first item of a batch wakes the loop."""
         with self._lock:
             self._items.append((inbox, item))
@@ -102,20 +145,15 @@ async def outputs(handle: RequestHandle, heartbeat_s: float, stream_interval: in
     `stream_interval` new tokens (None: the last only; see StreamInterval), those that piled
     up merged into one, plus a None every `heartbeat_s` without one. A refusal the driver
     hands over is raised."""
-    inbox: asyncio.Queue = asyncio.Queue()
-    outbox = Outbox.of(asyncio.get_running_loop())
+    loop = asyncio.get_running_loop()
+    inbox, outbox = Mailbox(loop), Outbox.of(loop)
     handle.listen(StreamInterval(stream_interval, lambda item: outbox.post(inbox, item)))
     while True:
-        if inbox.empty():
-            try:
-                async with asyncio.timeout(heartbeat_s):
-                    item = await inbox.get()
-            except TimeoutError:
-                yield None
-                continue
-        else:
-            item = inbox.get_nowait()
-        while isinstance(item, RequestOutput) and not item.finished and not inbox.empty():
+        if not await inbox.wait(heartbeat_s):
+            yield None
+            continue
+        item = inbox.get_nowait()
+        while isinstance(item, RequestOutput) and not item.finished and inbox:
             later = inbox.get_nowait()
             merged = merge(item, later)
             if merged is None:

@@ -42,10 +42,12 @@ def submit(
     owner: str,
     request_id: str | None = None,
     priority: int = 0,
+    wait: bool = True,
 ) -> RequestHandle:
-    """Queue a tokenized prompt within the public limits; blocks until the engine has it.
-    token_ids None (a remote server's board): `prompt` is sent, and the server's own context
-    check stands in for the prompt-token limit.
+    """Queue a tokenized prompt within the public limits; blocks until the engine has it
+    (wait=False: the caller awaits `handle.accepted`, SUBMIT_TIMEOUT_S at most). token_ids
+    None (a remote server's board): `prompt` is sent, and the server's own context check
+    stands in for the prompt-token limit.
 
     concurrent.futures.TimeoutError if the driver does not take it within SUBMIT_TIMEOUT_S.
     """
@@ -62,7 +64,7 @@ def submit(
         label=preview(prompt),
         priority=priority,
         max_in_flight=driver.limits.max_in_flight,
-        wait=True,
+        wait=wait,
         timeout=SUBMIT_TIMEOUT_S,
     )
 

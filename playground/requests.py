@@ -5,6 +5,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 
 from engine import CompletionOutput, QueueFullError, RequestMetrics, RequestOutput, StopReason
@@ -36,6 +37,8 @@ class RequestHandle:
         self._queue: queue.Queue = queue.Queue()
         self._listener: Callable[[RequestOutput | RequestRejected], None] | None = None
         self._lock = threading.Lock()  # put() against listen()
+        # done once the driver has handed the request to the engine (or refused it: raises)
+        self.accepted: Future | None = None
 
     def put(self, item: RequestOutput | RequestRejected) -> None:
         """Called by the driver thread: the next output, or the refusal get() raises; it goes

@@ -113,7 +113,8 @@ class EngineDriver:
         past). wait=True blocks until the driver has handed it to the engine and raises
         RequestRejected if it was refused, or concurrent.futures.TimeoutError if the driver
         did not get to it within `timeout` (the request is then dropped). Otherwise a
-        refusal is raised by the handle's get().
+        refusal is raised by the handle's get(), and by its `accepted` Future, which an event
+        loop awaits without holding a thread until the driver's next look at its inbox.
         """
         handle = RequestHandle(request_id or self._loop.next_id(), owner)
         label = preview(prompt) if label is None else label
@@ -127,7 +128,9 @@ class EngineDriver:
                 raise
             self._loop.streams.open(handle)
 
-        self._inbox.call(add, wait, timeout)
+        handle.accepted = self._inbox.post(add)
+        if wait:
+            self._inbox.result(handle.accepted, timeout)
         return handle
 
     def on_finish(self, fn: Callable[[RequestOutput], None]) -> None:

@@ -22,11 +22,24 @@ class Inbox:
         runs. wait=False returns None at once."""
         if threading.current_thread() is self.thread:
             return fn()
+        fut = self.post(fn)
+        return self.result(fut, timeout) if wait else None
+
+    def post(self, fn: Callable) -> Future:
+        """Queue `fn()` for the driver thread (on that thread: run it now); its Future, for a
+        caller that waits its own way (an event loop: `asyncio.wrap_future`)."""
         fut: Future = Future()
+        if threading.current_thread() is self.thread:
+            _run(fn, fut)
+            return fut
         self._queue.put((fn, fut))
         self.wake.set()
-        if not wait:
-            return None
+        return fut
+
+    @staticmethod
+    def result(fut: Future, timeout: float):
+        """`fut`'s result; past `timeout` it is cancelled (a queued command then never runs)
+        and concurrent.futures.TimeoutError raised."""
         try:
             return fut.result(timeout)
         except FutureTimeout:
@@ -44,9 +57,13 @@ class Inbox:
             if not fut.set_running_or_notify_cancel():
                 continue  # its caller timed out and gave up
             ran = True
-            try:
-                fut.set_result(fn())
-            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits
-                if not isinstance(exc, ValueError):
-                    log.exception("driver command failed")
-                fut.set_exception(exc)
+            _run(fn, fut)
+
+
+def _run(fn: Callable, fut: Future) -> None:
+    try:
+        fut.set_result(fn())
+    except BaseException as exc:  # noqa: BLE001 - handed to whoever waits
+        if not isinstance(exc, ValueError):
+            log.exception("driver command failed")
+        fut.set_exception(exc)

@@ -86,6 +86,7 @@ class Lane:
 class Lanes:
     def __init__(self, lanes: list[Lane]):
         self.all = lanes
+        self.num_aborts = 0  # abort() calls: whether the engines changed between two looks
 
     @classmethod
     def build(cls, factory, config: EngineConfig, compare: bool) -> "Lanes":
@@ -114,6 +115,7 @@ class Lanes:
             lane.add(request_id)
 
     def abort(self, request_id: str) -> None:
+        self.num_aborts += 1
         for lane in self.all:
             if request_id in lane.live:
                 lane.engine.abort_request(request_id)

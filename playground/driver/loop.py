@@ -121,7 +121,7 @@ class DriverLoop:
             with self.watchdog.step(self.steps.num_done + 1):
                 result, failed = self.lanes.step()
             self.publisher.dirty = True
-            self._remember()
+            snap, num_aborts = self._remember(), self.lanes.num_aborts
             for out in result.outputs:
                 self._route(out)
             for rid in result.failed:  # keep what was streamed so far
@@ -130,24 +130,30 @@ class DriverLoop:
             # before step_once() returns, and before a finished request's last output is sent,
             # so whoever holds that output sees a board (and /metrics) that counts it
             single = self.steps.num_pending > 0
-            self.publish(force=single or self.clock.paused or self.streams.has_finished)
+            if self.lanes.num_aborts != num_aborts:  # a simulated user stopped one: it shows
+                snap = None
+            self.publish(force=single or self.clock.paused or self.streams.has_finished,
+                         first=snap)  # fmt: skip
             self.streams.send_finished()
             self.steps.one_done()
             self._wait_for_pace(t0, ERROR_BACKOFF if failed else 0.0)
         self.publish(force=True)
 
-    def publish(self, force: bool) -> None:
-        self.publisher.publish(force, self.lanes, self.ledger, self.workload, self.clock)
+    def publish(self, force: bool, first=None) -> None:
+        """`first`: the first lane's snapshot of this moment, if taken already."""
+        self.publisher.publish(force, self.lanes, self.ledger, self.workload, self.clock, first)
 
-    def _remember(self) -> None:
-        """After a step of the first lane: the engine as it is now, for the run's record."""
+    def _remember(self):
+        """After a step of the first lane: the engine as it is now, for the run's record; that
+        snapshot (None if the lane has not stepped since), for the BoardState to reuse."""
         lane = self.lanes.first
         if lane.num_steps == self._remembered:
-            return
+            return None
         self._remembered = lane.num_steps
         snap = lane.engine.snapshot()
         self.history.record(snap, self.workload.views() if self.workload is not None else ())
         self.trace.record(snap)
+        return snap
 
     def _submit_from_workload(self, prompt, params, owner: str, priority: int = 0,
                               label: str | None = None) -> str:  # fmt: skip

@@ -3,12 +3,14 @@ behind a trusted proxy only, SSE keep-alive comments while a request waits."""
 
 import threading
 import time
+from dataclasses import replace
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 
 import app as app_module
+from playground import public
 from playground.api import client_owner
 from tests.api.server import TINY_MODEL, Server, bare_app, openai_client
 
@@ -146,3 +148,78 @@ def test_other_methods_get_405_with_allow(driver, method):
         r = http.request(method, "/v1/chat/completions")
         assert r.status_code == 405 and r.headers["allow"] == "POST"
         assert http.request(method, "/health").headers["allow"] == "GET"
+
+
+def _hold(driver, http: httpx.Client, body: dict) -> threading.Event:
+    """Hold the driver thread (in a finish listener of a request sent for it) until the
+    returned event is set: it runs no command and no step meanwhile."""
+    holding, release = threading.Event(), threading.Event()
+
+    def hold(out):
+        if not holding.is_set():
+            holding.set()
+            release.wait(30)
+
+    driver.on_finish(hold)
+    threading.Thread(target=http.post, args=("/v1/completions",),
+                     kwargs={"json": {**body, "prompt": "hold on"}}).start()  # fmt: skip
+    assert holding.wait(30)
+    return release
+
+
+def test_a_burst_that_comes_while_the_driver_is_busy_starts_in_one_step(make_driver):
+    """Requests wait for the driver to queue them without holding a thread each: a burst of
+    48 that arrives while it is busy is in the engine by its next step, not six a step (the
+    event loop's executor has six threads on 2 cores)."""
+    driver = make_driver(max_num_seqs=64, max_num_batched_tokens=2048, num_kv_blocks=256)
+    driver.limits = replace(driver.limits, max_in_flight=64)
+    server = Server(app_module.create_app(driver))
+    http = httpx.Client(base_url=server.url, timeout=60)
+    model = http.get("/v1/models").json()["data"][0]["id"]
+    body = {"model": model, "max_tokens": 2, "temperature": 0, "ignore_eos": True}
+    release = _hold(driver, http, body)
+    try:
+        ids = []
+
+        def send(i: int):
+            r = http.post("/v1/completions", json={**body, "prompt": f"burst {i}"})
+            ids.append(r.json()["id"])
+
+        burst = [threading.Thread(target=send, args=(i,)) for i in range(48)]
+        for t in burst:
+            t.start()
+        time.sleep(3)  # every request of the burst reaches the server meanwhile
+        release.set()
+        for t in burst:
+            t.join(60)
+        admitted = {
+            e.request_id: s.step
+            for s in driver.snapshot().steps
+            for e in s.events
+            if e.kind == "admitted" and e.request_id in ids
+        }
+        assert len(ids) == 48 and set(admitted) == set(ids)
+        assert len(set(admitted.values())) == 1
+    finally:
+        release.set()
+        server.stop()
+
+
+def test_a_request_the_driver_does_not_take_in_time_is_503_and_never_runs(make_driver, monkeypatch):
+    driver = make_driver()
+    server = Server(bare_app(lambda: driver))
+    http = httpx.Client(base_url=server.url, timeout=60)
+    body = {"model": TINY_MODEL, "max_tokens": 2}
+    release = _hold(driver, http, body)
+    try:
+        monkeypatch.setattr(public, "SUBMIT_TIMEOUT_S", 0.2)
+        r = http.post("/v1/completions", json={**body, "prompt": "too late"})
+        assert r.status_code == 503 and _error(r)["code"] == "model_not_ready"
+        release.set()
+        r = http.post("/v1/completions", json={**body, "prompt": "on time"})
+        assert r.status_code == 200
+        prompts = [rec.prompt for rec in driver.state().records]
+        assert "on time" in prompts and "too late" not in prompts
+    finally:
+        release.set()
+        server.stop()

@@ -10,7 +10,7 @@ import pytest
 
 from engine import CompletionOutput, RequestMetrics, RequestOutput, StopReason
 from engine.openmp import off_thread
-from playground.outbox import Outbox, StreamInterval, merge, outputs
+from playground.outbox import Mailbox, Outbox, StreamInterval, merge, outputs
 from playground.requests import RequestHandle, RequestRejected
 
 
@@ -36,7 +36,7 @@ def test_a_batch_posted_from_another_thread_wakes_the_loop_once():
         real = loop.call_soon_threadsafe
         loop.call_soon_threadsafe = lambda *a: (wakeups.append(a), real(*a))[1]
         outbox = Outbox.of(loop)
-        inboxes = [asyncio.Queue() for _ in range(64)]
+        inboxes = [Mailbox(loop) for _ in range(64)]
         poster = threading.Thread(target=lambda: [outbox.post(q, i) for i, q in enumerate(inboxes)])
         poster.start()
         poster.join()  # the loop is blocked here: the whole batch piles up
@@ -47,6 +47,28 @@ def test_a_batch_posted_from_another_thread_wakes_the_loop_once():
         outbox.post(inboxes[0], "next")  # the next batch wakes it again
         await asyncio.sleep(0.01)
         assert inboxes[0].get_nowait() == "next" and len(wakeups) == 2
+
+    run(main)
+
+
+def test_a_mailbox_wakes_its_reader_at_once_or_at_the_timeout():
+    async def main():
+        loop = asyncio.get_running_loop()
+        box = Mailbox(loop)
+        start = time.monotonic()
+        assert not await box.wait(0.05) and time.monotonic() - start >= 0.05
+        loop.call_later(0.01, box.put_nowait, "a")
+        start = time.monotonic()
+        assert await box.wait(5) and time.monotonic() - start < 1
+        box.put_nowait("b")
+        assert await box.wait(5)  # items there already: no waiting
+        assert [box.get_nowait() for _ in range(len(box))] == ["a", "b"]
+        reader = asyncio.ensure_future(box.wait(5))
+        await asyncio.sleep(0)
+        reader.cancel()  # a reader that goes away leaves no waiter behind
+        await asyncio.sleep(0)
+        box.put_nowait("c")
+        assert len(box) == 1 and await box.wait(5) and box.get_nowait() == "c"
 
     run(main)
 

@@ -138,3 +138,37 @@ def test_stop_ends_open_streams(make_engine):
     driver.stop()
     assert not driver.is_alive
     assert handle.result(timeout=5).stop_reason == StopReason.CANCELLED
+
+
+def test_one_snapshot_a_step_and_a_fresh_one_after_a_users_abort(make_engine):
+    """The run's record and the board share the step's snapshot of the first lane; a simulated
+    user that aborts while its output is routed changes the engine: the board shows that."""
+    calls = []
+
+    def counting(config=None):
+        engine = make_engine(config)
+        real = engine.snapshot
+        engine.snapshot = lambda: (calls.append(1), real())[1]
+        return engine
+
+    d = EngineDriver(counting(), engine_factory=counting)
+    try:
+        d.pause()
+        d.submit("one snapshot a step", fixed(6), wait=True)
+        for _ in range(3):
+            calls.clear()
+            assert d.step_once()
+            assert len(calls) == 1
+        quitter = UserProfile("Quits", "#000", max_tokens=8, temperature=0.0, ignore_eos=True,
+                              think_time=(0.0, 0.0), max_requests=1, cancel_after=2)  # fmt: skip
+        d.reset(workload=Workload("test", [quitter], seed=1, cancel_fraction=1.0))
+        d.pause()
+        for _ in range(8):
+            calls.clear()
+            assert d.step_once()
+            if len(calls) == 2:  # the step's, then the board's after the abort
+                break
+        [request] = d.snapshot().requests
+        assert request.num_output_tokens == 2 and request.stop_reason == "cancelled"
+    finally:
+        d.stop()
