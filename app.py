@@ -101,8 +101,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--attention-backend",
         choices=list(ATTENTION_BACKENDS),
         default=None,
-        help="decode attention. auto (default): the engine's C kernel reading the paged KV "
-        "blocks in place where it builds (CPU, a C compiler), else sdpa (gather + torch SDPA)",
+        help="paged attention. auto (default): the engine's C kernels (decodes, prefill chunks) "
+        "reading the KV blocks in place where they build (CPU, a C compiler), else sdpa "
+        "(gather + torch SDPA)",
     )
     for knob in ("chunked_prefill", "prefix_caching"):  # vLLM's --[no-]enable-..., and ours
         flag, dest = knob.replace("_", "-"), f"enable_{knob}"

@@ -8,12 +8,13 @@ context) both functions defer to transformers' stock SDPA, so the same model obj
 works with `generate` and with the per-sequence `hf_cache` runner.
 
 Packed layout of one step: `[1, T]` tokens, the decodes first (one token each, longest
-context first), then one chunk per prefilling sequence. Decodes run on one of two backends
-(EngineConfig.attention_backend): "paged_kernel", one call of the engine's C kernel
-(paged_kernel.py) that reads every sequence's blocks in place, each to its own length; or
-"sdpa", in a few groups of similar context length, each gathered into a contiguous buffer and
-attended with one SDPA call, so short contexts are not padded to the longest one. Prefill
-chunks always gather + SDPA (they have many queries per key: SDPA's matmuls pay there).
+context first), then one chunk per prefilling sequence. Attention runs on one of two backends
+(EngineConfig.attention_backend): "paged_kernel", one call of the engine's C decode kernel for
+every decode and one of its prefill kernel for every prefill chunk (paged_kernel.py), which
+read each sequence's blocks in place, each to its own length; or "sdpa": decodes in a few
+groups of similar context length, each gathered into a contiguous buffer and attended with one
+SDPA call, so short contexts are not padded to the longest one, and each prefill chunk with
+an SDPA call of its own (its past gathered).
 
 Under torch.compile (EngineConfig.torch_compile) the work is the custom op `paged_attention`,
 which the compiler does not trace into: the step's layout changes every step, and one graph
@@ -53,6 +54,14 @@ class DecodeGroup:
 
 
 @dataclass(slots=True)
+class PrefillTables:
+    """Every prefill chunk of the step, for the prefill kernel."""
+
+    block_tables: torch.Tensor  # (C, nb) blocks of each chunk's sequence, 0-padded
+    chunks: torch.Tensor  # (C, 3) first packed token, number of tokens, context length
+
+
+@dataclass(slots=True)
 class AttentionContext:
     kv_caches: list[tuple[torch.Tensor, torch.Tensor]]  # per layer: K, V (blocks, bs, Hkv, D)
     slot_mapping: torch.Tensor  # (T,) pool row (block * bs + offset) of each packed token
@@ -64,6 +73,9 @@ class AttentionContext:
     gather_buffers: tuple[torch.Tensor, torch.Tensor]
     # the paged decode kernel (paged_kernel.py), or None: gather the blocks, then SDPA
     decode_kernel: Callable | None = None
+    # the paged prefill kernel and its tables (None without prefills), or None: SDPA per chunk
+    prefill_kernel: Callable | None = None
+    prefill_tables: PrefillTables | None = None
 
 
 _context: AttentionContext | None = None
@@ -154,6 +166,11 @@ def attend(q, k, v, layer_idx: int, scaling: float | None) -> torch.Tensor:
     out = q.new_empty(num_tokens, num_heads, head_dim)  # (T, H, D)
     for d in ctx.decodes:
         out[d.start : d.end] = _decode(q, k_cache, v_cache, d, k_buf, v_buf, group, scaling)
+    if ctx.prefill_kernel is not None:  # every chunk in one call, its rows of out written
+        if ctx.prefills:
+            t = ctx.prefill_tables
+            ctx.prefill_kernel(q, k_cache, v_cache, t.block_tables, t.chunks, scaling, out)
+        return out
     for p in ctx.prefills:
         qp = q[p.start : p.end].transpose(0, 1).unsqueeze(0)  # (1, H, t, D)
         if p.context_blocks is None:  # no past: the chunk's own K/V

@@ -30,9 +30,10 @@ class EngineConfig:
     # paged: "native" = the engine's fused forward (Llama-family models), "transformers" = the
     # model's own modules; "auto" = native where the family is supported and not compiling
     model_impl: str = "auto"
-    # paged decodes: "paged_kernel" = the engine's C kernel, reading each sequence's blocks in
-    # place (CPU; built with the system C compiler on first use), "sdpa" = gather the blocks,
-    # then torch's SDPA; "auto" = the kernel where it builds and fits, else sdpa
+    # paged attention: "paged_kernel" = the engine's C kernels (one for decodes, one for
+    # prefill chunks), reading each sequence's blocks in place (CPU; built with the system C
+    # compiler on first use), "sdpa" = gather the blocks, then torch's SDPA; "auto" = the
+    # kernels where they build and fit, else sdpa
     attention_backend: str = "auto"
 
     def __post_init__(self):

@@ -563,8 +563,8 @@ def _resolve_model_impl(config: EngineConfig, backend: str, model) -> str:
 
 
 def _resolve_attention_backend(config: EngineConfig, backend: str, model) -> str:
-    """What the paged decodes run, "paged_kernel" or "sdpa"; FieldError if the kernel was
-    asked for and cannot serve. hf_cache runs transformers' own attention: "sdpa"."""
+    """What the paged attention runs, "paged_kernel" or "sdpa"; FieldError if the kernels
+    were asked for and cannot serve. hf_cache runs transformers' own attention: "sdpa"."""
     if config.attention_backend == "sdpa":
         return "sdpa"
     if backend != "paged":
@@ -585,7 +585,7 @@ def _resolve_attention_backend(config: EngineConfig, backend: str, model) -> str
             "attention_backend", f"attention_backend='paged_kernel' cannot serve here: {reason}"
         )
     if backend == "paged":
-        logger.info("decode attention: sdpa (the paged kernel cannot serve: %s)", reason)
+        logger.info("attention: sdpa (the paged kernels cannot serve: %s)", reason)
     return "sdpa"
 
 

@@ -15,7 +15,13 @@ import torch
 import torch.fx.experimental._config as fx_config
 
 from engine import paged_kernel
-from engine.attention import AttentionContext, DecodeGroup, PrefillChunk, attention_context
+from engine.attention import (
+    AttentionContext,
+    DecodeGroup,
+    PrefillChunk,
+    PrefillTables,
+    attention_context,
+)
 from engine.kv_pool import ResidentBlocks, zeroed
 from engine.native_model import NativeDecoder
 from engine.scheduler import ScheduledSequence
@@ -133,8 +139,12 @@ class ModelRunner:
         # pages mapped in bulk ahead of use, not faulted in one by one in the steps
         self._resident = ResidentBlocks([t for kv in self.kv_caches for t in kv])
         self._row_size = block_size * num_kv_heads * head_dim
-        # "paged_kernel": every decode in one call that reads its blocks in place
-        self._decode_kernel = paged_kernel.load() if attention_backend == "paged_kernel" else None
+        # "paged_kernel": every decode in one call, every prefill chunk in another, both
+        # reading the blocks in place
+        self._decode_kernel = self._prefill_kernel = None
+        if attention_backend == "paged_kernel":
+            self._decode_kernel = paged_kernel.load()
+            self._prefill_kernel = paged_kernel.load_prefill()
         self._gather_buffers = self._new_gather_buffers(0)
         # (input_ids (T,), positions (T,), logits_to_keep (S,)) -> logits (S, vocab)
         if model_impl == "native":
@@ -186,6 +196,8 @@ class ModelRunner:
             prefills=prefill_chunks,
             gather_buffers=self._reserve(decode_groups, prefill_chunks),
             decode_kernel=self._decode_kernel,
+            prefill_kernel=self._prefill_kernel,
+            prefill_tables=self._prefill_tables(prefills, len(decodes)),
         )
         logits = self._forward(ctx, input_ids, positions, keep)
         return logits, [s for s in packed if s.samples]
@@ -208,6 +220,8 @@ class ModelRunner:
             prefills=[PrefillChunk(0, 2, None, 2, None)],
             gather_buffers=self._gather_buffers,
             decode_kernel=self._decode_kernel,
+            prefill_kernel=self._prefill_kernel,
+            prefill_tables=PrefillTables(self._tensor([[0]]), self._tensor([[0, 2, 2]])),
         )
         try:
             self._forward(ctx, [0, 0], [0, 1], [1])
@@ -243,12 +257,26 @@ class ModelRunner:
         end = start + s.num_new_tokens
         past = s.seq.num_computed_tokens
         total = past + s.num_new_tokens
-        if past == 0:
+        if past == 0 or self._prefill_kernel is not None:  # the kernel reads the past in place
             return PrefillChunk(start, end, None, total, None)
         blocks = self._tensor(s.seq.block_table[: -(-total // self.block_size)])
         q_pos = torch.arange(past, total, device=self.device).unsqueeze(1)
         mask = torch.arange(total, device=self.device).unsqueeze(0) <= q_pos  # (t, L)
         return PrefillChunk(start, end, blocks, total, self._additive(mask))
+
+    def _prefill_tables(self, prefills: list[ScheduledSequence], start: int):
+        """The prefill kernel's tables of the step's chunks (packed from `start` on), or None."""
+        if self._prefill_kernel is None or not prefills:
+            return None
+        bs, tables, chunks = self.block_size, [], []
+        for s in prefills:
+            total = s.seq.num_computed_tokens + s.num_new_tokens
+            tables.append(s.seq.block_table[: -(-total // bs)])
+            chunks.append((start, s.num_new_tokens, total))
+            start += s.num_new_tokens
+        nb = max(map(len, tables))
+        return PrefillTables(self._tensor([t + [0] * (nb - len(t)) for t in tables]),
+                             self._tensor(chunks))  # fmt: skip
 
     def _additive(self, allowed: torch.Tensor) -> torch.Tensor:
         """A bool mask as SDPA's additive float mask (0 or -inf), made once per step: given a
