@@ -197,7 +197,7 @@ class ModelRunner:
             gather_buffers=self._reserve(decode_groups, prefill_chunks),
             decode_kernel=self._decode_kernel,
             prefill_kernel=self._prefill_kernel,
-            prefill_tables=self._prefill_tables(prefills, len(decodes)),
+            prefill_tables=self._prefill_tables(prefills, prefill_chunks),
         )
         logits = self._forward(ctx, input_ids, positions, keep)
         return logits, [s for s in packed if s.samples]
@@ -242,8 +242,7 @@ class ModelRunner:
         groups, start = [], 0
         for end in ends:
             nb = num_blocks[start]
-            tables = [s.seq.block_table[:nb] for s in decodes[start:end]]
-            tables = self._tensor([t + [0] * (nb - len(t)) for t in tables])  # (B, nb)
+            tables = self._padded([s.seq.block_table[:nb] for s in decodes[start:end]])
             group_lens = self._tensor(lens[start:end])
             mask = None
             if self._decode_kernel is None:
@@ -264,19 +263,19 @@ class ModelRunner:
         mask = torch.arange(total, device=self.device).unsqueeze(0) <= q_pos  # (t, L)
         return PrefillChunk(start, end, blocks, total, self._additive(mask))
 
-    def _prefill_tables(self, prefills: list[ScheduledSequence], start: int):
-        """The prefill kernel's tables of the step's chunks (packed from `start` on), or None."""
+    def _prefill_tables(self, prefills: list[ScheduledSequence], chunks: list[PrefillChunk]):
+        """The prefill kernel's tables of the step's chunks, or None."""
         if self._prefill_kernel is None or not prefills:
             return None
-        bs, tables, chunks = self.block_size, [], []
-        for s in prefills:
-            total = s.seq.num_computed_tokens + s.num_new_tokens
-            tables.append(s.seq.block_table[: -(-total // bs)])
-            chunks.append((start, s.num_new_tokens, total))
-            start += s.num_new_tokens
+        bs, pairs = self.block_size, zip(prefills, chunks, strict=True)
+        tables = [s.seq.block_table[: -(-c.context_len // bs)] for s, c in pairs]
+        rows = [(c.start, c.end - c.start, c.context_len) for c in chunks]
+        return PrefillTables(self._padded(tables), self._tensor(rows))
+
+    def _padded(self, tables: list[list[int]]) -> torch.Tensor:
+        """Block tables as one (len(tables), longest) tensor, 0-padded (padding is never read)."""
         nb = max(map(len, tables))
-        return PrefillTables(self._tensor([t + [0] * (nb - len(t)) for t in tables]),
-                             self._tensor(chunks))  # fmt: skip
+        return self._tensor([t + [0] * (nb - len(t)) for t in tables])
 
     def _additive(self, allowed: torch.Tensor) -> torch.Tensor:
         """A bool mask as SDPA's additive float mask (0 or -inf), made once per step: given a
