@@ -11,6 +11,10 @@ instead of three. The fused weight is packed once for the fastest kernel there i
   (`torch.ops.mkldnn._reorder_linear_weight`) run by `torch.ops.mkldnn._linear_pointwise`,
   the pair inductor's CPU weight freezing emits: 2-3x `torch.mm` at 1-64 rows.
 - "torch": everywhere else (CUDA, a torch without oneDNN, another dtype), plain `F.linear`.
+Where oneDNN serves, one row of input (a decode step of one sequence) goes to the engine's
+split-k GEMV instead (csrc/gemv.c, `OneRowLinear`): it streams the model's own weights, in
+the loader's (in, out) layout, at about the memory bandwidth, 1.2-1.4x oneDNN's packed kernel
+at one row on the 2-core AVX-512 EPYC.
 All give the same numbers up to float rounding (bench/RESULTS.md has the measurements).
 """
 
@@ -25,6 +29,8 @@ from engine import native_build
 PACKED_DTYPES = (torch.float32, torch.bfloat16)
 PACK_BATCH_HINT = 16  # rows oneDNN picks its blocked layout for; one layout serves every M
 PANEL_WIDTH = 16  # output columns of one panel of csrc/gemm.c
+GEMV_MAX_PARTS = 4  # csrc/gemv.c's MAX_PARTS
+GEMV_WIDTH = 16  # each part's outputs a multiple of this (csrc/gemv.c's widest vector)
 
 
 def can_pack(weight: torch.Tensor) -> bool:
@@ -38,6 +44,19 @@ def can_pack(weight: torch.Tensor) -> bool:
         and hasattr(torch.ops.mkldnn, "_linear_pointwise")
         and (weight.dtype != torch.bfloat16 or torch.ops.mkldnn._is_mkldnn_bf16_supported())
     )
+
+
+@functools.cache
+def gemv_split_k():
+    """csrc/gemv.c's gemv_split_k, or None where the library cannot be built."""
+    try:
+        gemv = native_build.library().gemv_split_k
+    except native_build.KernelUnavailable:
+        return None
+    int_, i64, ptr = ctypes.c_int, ctypes.c_int64, ctypes.c_void_p
+    gemv.argtypes = [int_, i64, int_, ptr, ptr, ptr, ptr, ptr, ptr, int_]
+    gemv.restype = int_
+    return gemv
 
 
 @functools.cache
@@ -79,11 +98,69 @@ def pack_panels(weight: torch.Tensor) -> torch.Tensor:
     return panels.contiguous()
 
 
+class OneRowLinear:
+    """y = x [W_0; W_1; ...]^T + bias (+ residual) for one row of x, on csrc/gemv.c, reading
+    `linears`' own weights (not a copy: the row path adds no memory). `create` returns None
+    where it cannot serve: no C library, a device or dtype it does not take, weights not in the
+    loader's (in, out) layout (engine/loader.py's transpose_linear_weights), widths not a
+    multiple of GEMV_WIDTH."""
+
+    def __init__(self, weights: list[torch.Tensor]):
+        self.weights = weights  # (in, out) each, contiguous: kept alive for the pointers
+        self.in_features = weights[0].shape[0]
+        self.out_features = sum(w.shape[1] for w in weights)
+        self.dtype = weights[0].dtype
+        self.bf16 = int(self.dtype == torch.bfloat16)
+        self.pointers = (ctypes.c_void_p * len(weights))(*[w.data_ptr() for w in weights])
+        self.widths = (ctypes.c_int64 * len(weights))(*[w.shape[1] for w in weights])
+
+    @classmethod
+    def create(cls, linears: list[torch.nn.Linear]) -> "OneRowLinear | None":
+        weights = [m.weight.detach().t() for m in linears]  # (in, out) views
+        first = weights[0]
+        if (
+            len(weights) > GEMV_MAX_PARTS
+            or first.device.type != "cpu"
+            or first.dtype not in PACKED_DTYPES
+            or any(w.dtype != first.dtype or not w.is_contiguous() for w in weights)
+            or any(w.shape[1] % GEMV_WIDTH for w in weights)
+            or gemv_split_k() is None
+        ):
+            return None
+        return cls(weights)
+
+    def __call__(
+        self, x: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """x (1, in) in the weights' dtype, bias (out) likewise or None, residual (1, out)
+        float32 or None -> (1, out)."""
+        x = x.contiguous()
+        if residual is not None:
+            residual = residual.contiguous()
+        y = x.new_empty(1, self.out_features)
+        failed = gemv_split_k()(
+            self.bf16,
+            self.in_features,
+            len(self.weights),
+            self.pointers,
+            self.widths,
+            x.data_ptr(),
+            None if bias is None else bias.data_ptr(),
+            None if residual is None else residual.data_ptr(),
+            y.data_ptr(),
+            torch.get_num_threads(),
+        )
+        if failed:
+            raise MemoryError(f"gemv_split_k could not allocate its sums ({self.out_features} wide)")
+        return y
+
+
 class FusedLinear:
     """`linears` side by side: y = x @ [W_0; W_1; ...]^T + [b_0; b_1; ...], one call.
 
     The weights are copied (the model's own modules stay as they were, for `generate` and
-    the transformers path); `pack=False` keeps the copy for `F.linear`.
+    the transformers path); `pack=False` keeps the copy for `F.linear`. The one-row path
+    (`OneRowLinear`) reads the modules' own weights, which the engine never changes.
     """
 
     def __init__(self, linears: list[torch.nn.Linear], pack: bool = True):
@@ -123,6 +200,7 @@ class FusedLinear:
             self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, PACK_BATCH_HINT)
         else:
             self.weight = weight
+        self.one_row = OneRowLinear.create(linears) if self.backend == "onednn" else None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """(T, in) -> (T, out)."""
@@ -130,6 +208,8 @@ class FusedLinear:
             if x.shape[0] == 1:
                 return F.linear(x, self.gemv_weight, self.gemv_bias)
             return self._forward(x.float()).to(x.dtype)
+        if self._one_row(x):
+            return self.one_row(x, self.bias)
         return self._forward(x)
 
     def add(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
@@ -137,8 +217,13 @@ class FusedLinear:
         would round once where transformers rounds twice (after the matmul, after the add),
         and bf16 greedy output is checked against transformers', so it is not fused there."""
         if self.backend != "torch" and residual.dtype == torch.float32:
+            if self._one_row(x):
+                return self.one_row(x, self.bias, residual)
             return self._forward(x, residual)
         return residual + self(x)
+
+    def _one_row(self, x: torch.Tensor) -> bool:
+        return self.one_row is not None and x.shape[0] == 1 and x.dtype == self.one_row.dtype
 
     def _forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         if self.backend == "panels":

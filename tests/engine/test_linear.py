@@ -1,11 +1,13 @@
 """FusedLinear: one matmul for several projections, on the engine's panel GEMM (csrc/gemm.c),
-oneDNN's packed linear or F.linear."""
+oneDNN's packed linear or F.linear; one row on the split-k GEMV (csrc/gemv.c)."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from engine import linear
 from engine.linear import FusedLinear
+from engine.loader import transpose_linear_weights
 
 
 def _linears(bias: list[bool], dtype=torch.float32, sizes=(24, 8, 8), in_features=32):
@@ -161,3 +163,90 @@ def test_no_upcast_where_onednn_has_bfloat16_kernels_or_for_float32(monkeypatch)
     monkeypatch.setattr(linear.torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
     assert not FusedLinear(_linears([False] * 3), pack=True).upcast
     assert not FusedLinear(_linears([False] * 3, torch.bfloat16), pack=False).upcast
+
+
+def _loader_layout(mods: list[torch.nn.Linear]) -> list[torch.nn.Linear]:
+    """The weights as the loader stores them: each the transpose of a contiguous (in, out)."""
+    transpose_linear_weights(torch.nn.ModuleList(mods))
+    return mods
+
+
+def test_the_one_row_gemv_is_built_on_this_machine():
+    """The suite's machines build the C library: the one-row tests below test csrc/gemv.c
+    rather than pass by a fallback."""
+    assert linear.gemv_split_k() is not None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    ("sizes", "in_features"),
+    [
+        ((64, 32, 32), 64),  # a tiny model's q, k, v
+        ((48,), 8),  # fewer rows than one piece
+        ((16, 32), 700),  # pieces and a short last one
+        ((20480,), 40),  # wide: two tiles of columns, four rows at a time, a tail of rows
+    ],
+)
+@pytest.mark.parametrize("bias", [False, True])
+def test_one_row_equals_f_linear(dtype, sizes, in_features, bias):
+    mods = _loader_layout(_linears([bias] * len(sizes), dtype, sizes, in_features))
+    one_row = linear.OneRowLinear.create(mods)
+    assert one_row is not None and one_row.out_features == sum(sizes)
+    fused_bias = torch.cat([m.bias for m in mods]) if bias else None
+    torch.manual_seed(len(sizes))
+    x = torch.randn(1, 2 * in_features, dtype=dtype)[:, ::2]  # strided: made contiguous
+    residual = torch.randn(1, sum(sizes))
+    with torch.inference_mode():
+        want = torch.cat([F.linear(x.float(), m.weight.float()) for m in mods], dim=-1)
+        if bias:
+            want = want + fused_bias.float()
+        got = one_row(x, fused_bias)
+        summed = one_row(x, fused_bias, residual)
+    assert got.dtype == dtype and got.shape == (1, sum(sizes))
+    if dtype == torch.float32:
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=2e-5)
+        torch.testing.assert_close(summed, want + residual, rtol=1e-5, atol=2e-5)
+    else:  # float32 sums (in another order than F.linear's), rounded to bfloat16 once
+        torch.testing.assert_close(got, want.to(dtype))
+        torch.testing.assert_close(summed, (want + residual).to(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_linear_takes_one_row_to_the_gemv_and_agrees_with_onednn(dtype, monkeypatch):
+    monkeypatch.setattr(linear.torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    mods = _linears([True, False, True], dtype, sizes=(64, 32, 32), in_features=64)
+    if not linear.can_pack(mods[0].weight):
+        pytest.fail("oneDNN's packed linear is missing: the suite's machines have it")
+    assert FusedLinear(mods).one_row is None  # transformers' (out, in) layout: oneDNN only
+    fused = FusedLinear(_loader_layout(mods))
+    assert fused.backend == "onednn" and fused.one_row is not None
+    calls = []
+    real = linear.gemv_split_k()
+    monkeypatch.setattr(linear, "gemv_split_k", lambda: lambda *a: calls.append(a) or real(*a))
+    x = torch.randn(3, 64, dtype=dtype)
+    residual = torch.randn(3, 128, dtype=dtype)  # the model's dtype, as in the forward
+    with torch.inference_mode():
+        rows = torch.cat([fused(x[i : i + 1]) for i in range(3)])
+        assert len(calls) == 3
+        batch = fused(x)  # three rows: oneDNN
+        assert len(calls) == 3
+        summed = torch.cat([fused.add(x[i : i + 1], residual[i : i + 1]) for i in range(3)])
+        summed_batch = fused.add(x, residual)
+    tolerance = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {}
+    torch.testing.assert_close(rows, batch, **tolerance)
+    if dtype == torch.float32:  # the residual is fused in float32 only
+        assert len(calls) == 6
+        torch.testing.assert_close(summed, summed_batch, **tolerance)
+
+
+def test_no_one_row_gemv_where_it_cannot_serve(monkeypatch):
+    def one_row(sizes=(32, 16), dtype=torch.float32):
+        mods = _linears([False] * len(sizes), dtype, sizes)
+        return linear.OneRowLinear.create(_loader_layout(mods))
+
+    assert one_row() is not None
+    assert one_row(sizes=(32, 24)) is None  # a width not a multiple of 16
+    assert one_row(sizes=(16,) * 5) is None  # more parts than the kernel takes
+    assert one_row(dtype=torch.float64) is None
+    monkeypatch.setattr(linear, "gemv_split_k", lambda: None)
+    assert one_row() is None
