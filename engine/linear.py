@@ -151,7 +151,7 @@ class OneRowLinear:
             torch.get_num_threads(),
         )
         if failed:
-            raise MemoryError(f"gemv_split_k could not allocate its sums ({self.out_features} wide)")
+            raise MemoryError(f"gemv_split_k: no memory for sums {self.out_features} wide")
         return y
 
 
