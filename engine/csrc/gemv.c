@@ -38,13 +38,11 @@ ALWAYS_INLINE void add_rows(const int bf16, const int step, const float *x, cons
   const int64_t row_bytes = ldw * (bf16 ? 2 : 4);
   for (int64_t k = k0; k < k1; k += step) {
     const int steps = k1 - k < step ? (int)(k1 - k) : step;
-    float a[WIDE_STEP];
-    for (int s = 0; s < step; s++) a[s] = s < steps ? x[k + s] : 0.f;
     for (int64_t c = 0; c < cols; c += VW) {
       vf acc = (vf){0};
       if (!first || k > k0) memcpy(&acc, sums + c, sizeof acc);
       for (int s = 0; s < step; s++)
-        if (s < steps) acc += a[s] * load_vec(w + (k + s) * row_bytes, bf16, (size_t)c);
+        if (s < steps) acc += x[k + s] * load_vec(w + (k + s) * row_bytes, bf16, (size_t)c);
       memcpy(sums + c, &acc, sizeof acc);
     }
   }
@@ -52,15 +50,13 @@ ALWAYS_INLINE void add_rows(const int bf16, const int step, const float *x, cons
 
 static void add_rows_any(int bf16, const float *x, const char *w, int64_t ldw, int64_t cols,
                          int64_t k0, int64_t k1, float *sums, int first) {
-  const int step = cols >= WIDE_COLS ? WIDE_STEP : 1;
-  if (bf16 && step > 1)
-    add_rows(1, WIDE_STEP, x, w, ldw, cols, k0, k1, sums, first);
-  else if (bf16)
-    add_rows(1, 1, x, w, ldw, cols, k0, k1, sums, first);
-  else if (step > 1)
-    add_rows(0, WIDE_STEP, x, w, ldw, cols, k0, k1, sums, first);
+  const int wide = cols >= WIDE_COLS; /* constant arguments: four specialised loops */
+  if (bf16)
+    wide ? add_rows(1, WIDE_STEP, x, w, ldw, cols, k0, k1, sums, first)
+         : add_rows(1, 1, x, w, ldw, cols, k0, k1, sums, first);
   else
-    add_rows(0, 1, x, w, ldw, cols, k0, k1, sums, first);
+    wide ? add_rows(0, WIDE_STEP, x, w, ldw, cols, k0, k1, sums, first)
+         : add_rows(0, 1, x, w, ldw, cols, k0, k1, sums, first);
 }
 
 /* y (N) = [W_0 | W_1 | ...] x (K) + bias (N or NULL) + residual (N, float32, or NULL), where
@@ -71,9 +67,9 @@ int gemv_split_k(int bf16, int64_t K, int parts, const void *const *w, const int
                   int num_threads) {
   /* the tasks: (part, tile of columns, piece of rows), part by part */
   int64_t N = 0, offset[MAX_PARTS], tiles[MAX_PARTS], first_task[MAX_PARTS + 1] = {0};
-  const int64_t per = K / (PIECES_PER_THREAD * num_threads),
-                piece = (per + PIECE_ALIGN - 1) / PIECE_ALIGN * PIECE_ALIGN,
-                rows = piece > 0 ? piece : PIECE_ALIGN, pieces = (K + rows - 1) / rows;
+  const int64_t per = K / (PIECES_PER_THREAD * num_threads), /* rows a piece, rounded up */
+      rows = per > PIECE_ALIGN ? (per + PIECE_ALIGN - 1) / PIECE_ALIGN * PIECE_ALIGN : PIECE_ALIGN,
+      pieces = (K + rows - 1) / rows;
   int64_t all_tiles = 0;
   for (int p = 0; p < parts; p++) {
     offset[p] = N, N += n[p];
