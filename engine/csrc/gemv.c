@@ -38,11 +38,13 @@ ALWAYS_INLINE void add_rows(const int bf16, const int step, const float *x, cons
   const int64_t row_bytes = ldw * (bf16 ? 2 : 4);
   for (int64_t k = k0; k < k1; k += step) {
     const int steps = k1 - k < step ? (int)(k1 - k) : step;
+    float a[WIDE_STEP]; /* x's values held once a row: the compiler cannot, sums may alias x */
+    for (int s = 0; s < steps; s++) a[s] = x[k + s];
     for (int64_t c = 0; c < cols; c += VW) {
       vf acc = (vf){0};
       if (!first || k > k0) memcpy(&acc, sums + c, sizeof acc);
       for (int s = 0; s < step; s++)
-        if (s < steps) acc += x[k + s] * load_vec(w + (k + s) * row_bytes, bf16, (size_t)c);
+        if (s < steps) acc += a[s] * load_vec(w + (k + s) * row_bytes, bf16, (size_t)c);
       memcpy(sums + c, &acc, sizeof acc);
     }
   }
