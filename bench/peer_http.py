@@ -5,7 +5,8 @@ with one short request, then sends every request of the workload at once from th
 `openai` client: streamed `/v1/completions` with the prompt as token ids, greedy, `max_tokens`
 and `ignore_eos` (vLLM's extension, which both servers take). Client side, per request: the
 time to the first chunk that carries a choice (TTFT, as vLLM's own serving benchmark counts
-it) and the `usage.completion_tokens` of the last chunk.
+it) and the `usage.completion_tokens` of the last chunk. With `--client-idle` the client runs at
+SCHED_IDLE: it takes only the CPU the server leaves, as a client on another machine would.
 """
 
 import asyncio
@@ -14,6 +15,7 @@ import signal
 import socket
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -96,11 +98,28 @@ def run_server(
         try:
             wait_ready(proc, base + health_route, args.ready_timeout)
             ready_s = time.time() - start
-            result = asyncio.run(load(base + "/v1", workload, args.max_load, args.quiet_cap))
+            result = on_client_thread(
+                lambda: asyncio.run(load(base + "/v1", workload, args.max_load, args.quiet_cap)),
+                idle=args.client_idle,
+            )
         finally:
             stop(proc)
     result["ready_s"] = ready_s
     return result
+
+
+def on_client_thread(fn, idle: bool):
+    """`fn()` on a thread of its own, at SCHED_IDLE if `idle` (it then never pre-empts the
+    server's threads). The caller's thread keeps its policy: the processes it starts later,
+    the next systems under test, inherit it."""
+
+    def call():
+        if idle:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        return fn()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(call).result()
 
 
 def stop(proc: subprocess.Popen) -> None:

@@ -1,5 +1,6 @@
 """bench/bench_vllm.py: its table, its flags, and the engine's side of each part for real."""
 
+import os
 import subprocess
 import sys
 import time
@@ -7,7 +8,7 @@ import time
 import pytest
 
 from bench import bench_vllm
-from bench.peer_http import group_members, stop, wait_for_group
+from bench.peer_http import group_members, on_client_thread, stop, wait_for_group
 from bench.peer_worker import wait_for_quiet
 from engine.loader import _resolve_source
 
@@ -149,3 +150,26 @@ def test_engine_http_part_streams_every_request(args):
     assert r["token_counts"] == [5, 3] and r["count_mismatches"] == []
     assert len(r["ttfts"]) == 2 and 0 < r["ttft_p50_s"] <= r["wall_s"]
     assert r["served_model"] and r["ready_s"] > 0
+
+
+@pytest.mark.parametrize("idle", [False, True])
+def test_the_client_thread_is_idle_only_when_asked_and_the_caller_keeps_its_policy(idle):
+    before = os.sched_getscheduler(0)
+    policy = on_client_thread(lambda: os.sched_getscheduler(0), idle=idle)
+    assert policy == (os.SCHED_IDLE if idle else before)
+    assert os.sched_getscheduler(0) == before
+
+
+def test_the_client_thread_hands_back_its_exception():
+    def fail():
+        raise TimeoutError("no answer")
+
+    with pytest.raises(TimeoutError, match="no answer"):
+        on_client_thread(fail, idle=True)
+
+
+def test_client_idle_defaults_off(monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["bench_vllm.py", "--systems", "engine"])
+    assert bench_vllm.parse_args().client_idle is False
+    monkeypatch.setattr(sys, "argv", ["bench_vllm.py", "--systems", "engine", "--client-idle"])
+    assert bench_vllm.parse_args().client_idle is True
