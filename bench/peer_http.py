@@ -6,7 +6,7 @@ with one short request, then sends every request of the workload at once from th
 and `ignore_eos` (vLLM's extension, which both servers take). Client side, per request: the
 time to the first chunk that carries a choice (TTFT, as vLLM's own serving benchmark counts
 it) and the `usage.completion_tokens` of the last chunk. With `--client-idle` the client runs at
-SCHED_IDLE: it takes only the CPU the server leaves, as a client on another machine would.
+SCHED_IDLE: it takes only the CPU the server leaves and never pre-empts the server's threads.
 """
 
 import asyncio
