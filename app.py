@@ -32,6 +32,7 @@ from fastapi import FastAPI  # noqa: E402
 
 from engine import EngineConfig, LLMEngine  # noqa: E402
 from engine.config import ATTENTION_BACKENDS, BATCHING, MODEL_IMPLS, SCHEDULING_POLICIES  # noqa: E402
+from engine.openmp import lower_priority  # noqa: E402
 from playground.api import refuse_other_methods, register_api  # noqa: E402
 from playground.driver import MAX_PAUSE_S, MIN_PACE, STUCK_AFTER_S, EngineDriver  # noqa: E402
 from playground.driver.clock import parse_pace  # noqa: E402
@@ -44,6 +45,7 @@ from playground.ui import build_ui, load_asset  # noqa: E402
 
 DEFAULT_PORT = 7860
 PLAYGROUND_KV_BLOCKS = 512  # 8192 tokens of 16: enough for the presets, and a readable block map
+SERVING_NICE = 19  # the event loop's and Gradio's threads: the engine's team goes first
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -142,6 +144,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=1,
         help="vLLM's: new tokens per streamed API chunk (the first and the last go at once); "
         "fewer, larger chunks cost the server and its clients less CPU per token",
+    )
+    p.add_argument(
+        "--serving-nice",
+        type=_nice,
+        default=SERVING_NICE,
+        help="nice value of the threads that serve the page and the API (0-19; Linux): above "
+        "the driver's 0, they no longer pre-empt the engine's OpenMP threads mid-op",
     )
     p.add_argument(
         "--stuck-after", type=float, default=STUCK_AFTER_S, help="seconds before a step is stuck"
@@ -254,6 +263,13 @@ def _pace(text: str) -> str:
     return text
 
 
+def _nice(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 19:
+        raise argparse.ArgumentTypeError(f"must be a nice value from 0 to 19, got {value}")
+    return value
+
+
 def _at_least_one(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -355,6 +371,9 @@ def main(argv=None) -> None:
     app = create_app(driver, args.served_model_name, args.api_key, api=not connections, seat=seat,
                      stream_interval=args.stream_interval)  # fmt: skip
     uv_config = uvicorn.Config(app, host=host, port=port, log_level="warning", **proxy_trust(args))
+    # After the driver thread has started (it keeps nice 0): the event loop and the threads it
+    # starts from now on (Gradio's callbacks) step aside for the engine (engine/openmp.py).
+    lower_priority(args.serving_nice)
     server = _Server(uv_config)
     url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"
     server.banner = f"Playground ready at {url}  ({serving}; Ctrl-C stops)"

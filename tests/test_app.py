@@ -50,6 +50,15 @@ def test_stream_interval_flag(capsys):
         assert "--stream-interval" in capsys.readouterr().err
 
 
+def test_serving_nice_flag(capsys):
+    assert app.parse_args([]).serving_nice == app.SERVING_NICE == 19
+    assert app.parse_args(["--serving-nice", "0"]).serving_nice == 0
+    for bad in ("-1", "20", "low"):
+        with pytest.raises(SystemExit):
+            app.parse_args(["--serving-nice", bad])
+        assert "--serving-nice" in capsys.readouterr().err
+
+
 def test_vllm_serve_spellings(monkeypatch):
     hub_id = "Qwen/Qwen2.5-0.5B-Instruct"
     flags = ["--num-gpu-blocks-override", "96", "--no-enable-prefix-caching",

@@ -25,9 +25,10 @@ SERVER_ARGS = ["--max-num-seqs", "16", "--limit-in-flight", "32"]  # 16 API stre
 
 
 class AppServer(str):
-    """The server's URL (a str, as page.goto wants it) plus its log."""
+    """The server's URL (a str, as page.goto wants it) plus its log and process id."""
 
     log_path: Path
+    pid: int
 
     def log(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
@@ -51,7 +52,7 @@ def server(tmp_path_factory, request):
             cwd=ROOT, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
     url = AppServer(f"http://127.0.0.1:{port}")
-    url.log_path = log_path
+    url.log_path, url.pid = log_path, proc.pid
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         assert proc.poll() is None, url.log()

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import app  # noqa: E402
 from engine import LLMEngine, SamplingParams  # noqa: E402
+from engine.openmp import lower_priority  # noqa: E402
 from playground.driver import EngineDriver  # noqa: E402
 from playground.ui import callbacks  # noqa: E402
 
@@ -122,6 +123,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--clients", type=int, default=3)
+    ap.add_argument("--serving-nice", type=int, default=app.SERVING_NICE,
+                    help="the server thread's nice, as app.py sets it (0: left)")  # fmt: skip
     args = ap.parse_args()
     callbacks.board_values = _timed(callbacks.board_values, BOARD_COSTS)
     callbacks.chart_values = _timed(callbacks.chart_values, CHART_COSTS)
@@ -139,7 +142,12 @@ def main() -> None:
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
     server = uvicorn.Server(uvicorn.Config(fastapi_app, port=port, log_level="error"))
-    threading.Thread(target=server.run, daemon=True).start()
+
+    def serve():  # as app.main() serves: the event loop below the driver thread
+        lower_priority(args.serving_nice)
+        server.run()
+
+    threading.Thread(target=serve, daemon=True).start()
     while not server.started:
         time.sleep(0.1)
     run_workload(driver, 1)  # warm-up

@@ -1,5 +1,5 @@
-"""engine/openmp.py: a load leaves the caller's thread without an OpenMP team, and torch
-loads with a short spin of idle workers.
+"""engine/openmp.py: a load leaves the caller's thread without an OpenMP team, torch loads
+with a short spin of idle workers, and a thread can step aside for the team.
 
 A thread's team is seen by name: Linux threads take their creator's name, so the workers
 libgomp starts for a thread named PROBE are named PROBE too.
@@ -18,7 +18,7 @@ import torch
 
 from bench.random_models import random_model, word_tokenizer
 from engine import LLMEngine, SamplingParams
-from engine.openmp import OWN_SETTINGS, SPIN_COUNT, off_thread
+from engine.openmp import OWN_SETTINGS, SPIN_COUNT, lower_priority, off_thread
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -123,3 +123,43 @@ def test_importing_the_engine_loads_torch_with_a_short_spin(env, expected):
     out = subprocess.run([sys.executable, "-c", SPY], env={**base, **env}, cwd=ROOT,
                          capture_output=True, text=True, check=True)  # fmt: skip
     assert out.stdout.split("\n")[-2] == expected, out.stdout + out.stderr
+
+
+def nice_of(tid: int) -> int:
+    return os.getpriority(os.PRIO_PROCESS, tid)
+
+
+def on_new_thread(fn):
+    """fn() on a fresh thread; its result."""
+    result = []
+    thread = threading.Thread(target=lambda: result.append(fn()))
+    thread.start()
+    thread.join()
+    return result[0]
+
+
+def test_lower_priority_sets_the_calling_thread_and_those_it_starts():
+    mine = nice_of(threading.get_native_id())
+
+    def serving():
+        assert lower_priority(7) is True
+        started_after = on_new_thread(lambda: nice_of(threading.get_native_id()))
+        return nice_of(threading.get_native_id()), started_after
+
+    assert on_new_thread(serving) == (max(mine, 7), max(mine, 7))
+    assert nice_of(threading.get_native_id()) == mine  # the caller of the thread: untouched
+
+
+def test_lower_priority_never_raises_a_priority():
+    def twice():
+        lower_priority(12)
+        lower_priority(3)  # would need privileges: left at 12
+        return nice_of(threading.get_native_id())
+
+    assert on_new_thread(twice) == max(12, nice_of(threading.get_native_id()))
+
+
+@pytest.mark.parametrize("bad", [-1, 20, True, 2.5, "5"])
+def test_lower_priority_refuses_what_is_no_nice_value(bad):
+    with pytest.raises(ValueError, match="nice"):
+        lower_priority(bad)
