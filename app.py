@@ -45,7 +45,6 @@ from playground.ui import build_ui, load_asset  # noqa: E402
 
 DEFAULT_PORT = 7860
 PLAYGROUND_KV_BLOCKS = 512  # 8192 tokens of 16: enough for the presets, and a readable block map
-SERVING_NICE = 19  # the event loop's and Gradio's threads: the engine's team goes first
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -148,9 +147,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--serving-nice",
         type=_nice,
-        default=SERVING_NICE,
+        default=0,
         help="nice value of the threads that serve the page and the API (0-19; Linux): above "
-        "the driver's 0, they no longer pre-empt the engine's OpenMP threads mid-op",
+        "the driver's 0 they no longer pre-empt the engine's OpenMP threads mid-op, which "
+        "streams to remote clients faster and answers the board's ticks later",
     )
     p.add_argument(
         "--stuck-after", type=float, default=STUCK_AFTER_S, help="seconds before a step is stuck"
@@ -372,7 +372,7 @@ def main(argv=None) -> None:
                      stream_interval=args.stream_interval)  # fmt: skip
     uv_config = uvicorn.Config(app, host=host, port=port, log_level="warning", **proxy_trust(args))
     # After the driver thread has started (it keeps nice 0): the event loop and the threads it
-    # starts from now on (Gradio's callbacks) step aside for the engine (engine/openmp.py).
+    # starts from now on (Gradio's callbacks) may step aside for the engine (engine/openmp.py).
     lower_priority(args.serving_nice)
     server = _Server(uv_config)
     url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"

@@ -51,8 +51,8 @@ def test_stream_interval_flag(capsys):
 
 
 def test_serving_nice_flag(capsys):
-    assert app.parse_args([]).serving_nice == app.SERVING_NICE == 19
-    assert app.parse_args(["--serving-nice", "0"]).serving_nice == 0
+    assert app.parse_args([]).serving_nice == 0
+    assert app.parse_args(["--serving-nice", "19"]).serving_nice == 19
     for bad in ("-1", "20", "low"):
         with pytest.raises(SystemExit):
             app.parse_args(["--serving-nice", bad])

@@ -123,8 +123,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--clients", type=int, default=3)
-    ap.add_argument("--serving-nice", type=int, default=app.SERVING_NICE,
-                    help="the server thread's nice, as app.py sets it (0: left)")  # fmt: skip
+    ap.add_argument("--serving-nice", type=int, default=0,
+                    help="the server thread's nice, as app.py's flag sets it")  # fmt: skip
     args = ap.parse_args()
     callbacks.board_values = _timed(callbacks.board_values, BOARD_COSTS)
     callbacks.chart_values = _timed(callbacks.chart_values, CHART_COSTS)

@@ -6,10 +6,8 @@ tmp dir; PLAYGROUND_UPDATE_SCREENSHOT=1 writes assets/screenshot.png (the README
 """
 
 import contextlib
-import json
 import os
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -43,17 +41,6 @@ BOARD_PLOTS = """() => [...document.querySelectorAll('.pg-plot')].map(p => {
 NUM_BOARD_PLOTS = 8
 OTHER_VISITOR = """(cls) => [...document.querySelectorAll('.pg-card')].some(c =>
     c.querySelector('.pg-name').textContent.startsWith('Visitor ') && c.querySelector('.' + cls))"""
-
-
-def _threads(pid: int) -> dict[int, tuple[int, int]]:
-    """tid -> (CPU time in clock ticks, nice value) of each thread of process `pid`."""
-    found = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
-            stat = (task / "stat").read_text()
-            fields = stat[stat.rindex(")") + 2 :].split()  # proc(5)'s fields 3 on
-            found[int(task.name)] = (int(fields[11]) + int(fields[12]), int(fields[16]))
-    return found
 
 
 def _streaming_cards(page, timeout_s: float = 120.0, gap_ms: int = 1000) -> list[str]:
@@ -136,19 +123,3 @@ def test_a_visitor_who_leaves_has_their_request_cancelled(page, browser):
             break
     assert page.evaluate(cancelled), "the visitor's request was not cancelled when they left"
     page.click("#pg-pause")  # Resume
-
-
-def test_the_serving_threads_step_aside_for_the_engine(page, server):
-    """The event loop (the main thread) runs at the serving nice value; the thread that
-    computes an API request's tokens (the driver or one of its OpenMP workers, which the
-    driver started before the event loop stepped aside) at 0."""
-    before = _threads(server.pid)
-    body = {"model": "default", "prompt": "The sea", "max_tokens": 64, "ignore_eos": True}
-    request = urllib.request.Request(server + "/v1/completions", json.dumps(body).encode(),
-                                     {"Content-Type": "application/json"})  # fmt: skip
-    with urllib.request.urlopen(request, timeout=120) as r:
-        assert json.loads(r.read())["usage"]["completion_tokens"] == 64
-    after = _threads(server.pid)
-    assert after[server.pid][1] == 19, after
-    busiest = max(after, key=lambda tid: after[tid][0] - before.get(tid, (0, 0))[0])
-    assert busiest != server.pid and after[busiest][1] == 0, (before, after)
