@@ -24,9 +24,11 @@ The third trap is a thread of the same process at the same priority: a server's 
 woken to stream a step's tokens, pre-empts one thread of the team mid-op while the other
 waits at the op's barrier, so its CPU time is paid about twice. On 2 cores, bf16, the bench
 workload's 64 streams read by a client that costs almost no CPU: a decode step of 64
-sequences took 89 ms, against 71 ms when the server streamed nothing; with the event loop at
-nice 19 (`lower_priority`) 73-77 ms, and the run 3.9 % faster (median of three). At a higher
-nice it runs on the cores the team leaves idle (the Python between ops).
+sequences took 89 ms, against 71-73 ms when the server streamed nothing; with the event loop
+at nice 19 (`lower_priority`) 73-77 ms, and the run 3.9 % faster (median of three). At a
+higher nice it runs on the cores the team leaves idle (the Python between ops), and answers
+later: the board's ticks took p95 236-325 ms at nice 19 against 62-72 ms at 0, with no
+throughput gained. So app.py lowers it only when asked (`--serving-nice`).
 """
 
 import os
