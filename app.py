@@ -146,11 +146,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument(
         "--serving-nice",
-        type=_nice,
+        type=int,
+        choices=range(20),
+        metavar="0-19",
         default=0,
-        help="nice value of the threads that serve the page and the API (0-19; Linux): above "
-        "the driver's 0 they no longer pre-empt the engine's OpenMP threads mid-op, which "
-        "streams to remote clients faster and answers the board's ticks later",
+        help="nice value of the threads that serve the page and the API (Linux): above the "
+        "driver's 0 they no longer pre-empt the engine's OpenMP threads mid-op, which streams "
+        "API tokens faster and answers the board's ticks later",
     )
     p.add_argument(
         "--stuck-after", type=float, default=STUCK_AFTER_S, help="seconds before a step is stuck"
@@ -261,13 +263,6 @@ def _pace(text: str) -> str:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
-
-
-def _nice(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 19:
-        raise argparse.ArgumentTypeError(f"must be a nice value from 0 to 19, got {value}")
-    return value
 
 
 def _at_least_one(text: str) -> int:

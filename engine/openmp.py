@@ -60,8 +60,9 @@ load_torch()
 
 def lower_priority(nice: int) -> bool:
     """Run the calling thread, and the threads it starts from now on, at nice value `nice`
-    (Linux, where a nice value is a thread's own; never lowered: that needs privileges).
-    Whether it did: False where threads have no nice value of their own."""
+    (Linux, where a nice value is a thread's own). A nice value already above `nice` is kept:
+    lowering one needs privileges. Whether it did: False where threads have no nice value of
+    their own."""
     if isinstance(nice, bool) or not isinstance(nice, int) or not 0 <= nice <= 19:
         raise ValueError(f"nice must be an int from 0 to 19, got {nice!r}")
     if not sys.platform.startswith("linux"):

@@ -129,24 +129,15 @@ def nice_of(tid: int) -> int:
     return os.getpriority(os.PRIO_PROCESS, tid)
 
 
-def on_new_thread(fn):
-    """fn() on a fresh thread; its result."""
-    result = []
-    thread = threading.Thread(target=lambda: result.append(fn()))
-    thread.start()
-    thread.join()
-    return result[0]
-
-
 def test_lower_priority_sets_the_calling_thread_and_those_it_starts():
     mine = nice_of(threading.get_native_id())
 
     def serving():
         assert lower_priority(7) is True
-        started_after = on_new_thread(lambda: nice_of(threading.get_native_id()))
+        started_after = off_thread(lambda: nice_of(threading.get_native_id()))
         return nice_of(threading.get_native_id()), started_after
 
-    assert on_new_thread(serving) == (max(mine, 7), max(mine, 7))
+    assert off_thread(serving) == (max(mine, 7), max(mine, 7))
     assert nice_of(threading.get_native_id()) == mine  # the caller of the thread: untouched
 
 
@@ -156,7 +147,7 @@ def test_lower_priority_never_raises_a_priority():
         lower_priority(3)  # would need privileges: left at 12
         return nice_of(threading.get_native_id())
 
-    assert on_new_thread(twice) == max(12, nice_of(threading.get_native_id()))
+    assert off_thread(twice) == max(12, nice_of(threading.get_native_id()))
 
 
 @pytest.mark.parametrize("bad", [-1, 20, True, 2.5, "5"])
