@@ -3,6 +3,12 @@
 q/k/v become one projection and gate/up another, as in vLLM's `QKVParallelLinear` and
 `MergedColumnParallelLinear`: one larger matmul streams the same weights with one call
 instead of three. The fused weight is packed once for the fastest kernel there is:
+- "bf16_panels": a bfloat16 weight on a CPU with AVX512_BF16 and no AMX, the engine's own
+  GEMM on vdpbf16ps (csrc/gemm_bf16.c: panels of 32 columns, float32 sums, bfloat16 out). On
+  the 2-core AVX-512 EPYC it runs a SmolLM2-135M step's bfloat16 matmuls 1.1-1.5x faster than
+  oneDNN at 2-64 rows, as fast at 128-512; and its threads share the work as they come free,
+  so a core lost for a while to the server or a client costs it less (oneDNN's shares are
+  fixed before it starts).
 - "panels": on a CPU whose best vectors are AVX2 (no AVX-512), the engine's own GEMM
   (csrc/gemm.c: weights in panels of 16 columns, float32 or bfloat16, float32 sums); on the
   2-core AVX2 EPYC it runs a SmolLM2-135M step's float32 matmuls 1.46x faster than oneDNN at
@@ -11,10 +17,10 @@ instead of three. The fused weight is packed once for the fastest kernel there i
   (`torch.ops.mkldnn._reorder_linear_weight`) run by `torch.ops.mkldnn._linear_pointwise`,
   the pair inductor's CPU weight freezing emits: 2-3x `torch.mm` at 1-64 rows.
 - "torch": everywhere else (CUDA, a torch without oneDNN, another dtype), plain `F.linear`.
-Where oneDNN serves, one row of input (a decode step of one sequence) goes to the engine's
-split-k GEMV instead (csrc/gemv.c, `OneRowLinear`): it streams the model's own weights, in
-the loader's (in, out) layout, at about the memory bandwidth, 1.2-1.4x oneDNN's packed kernel
-at one row on the 2-core AVX-512 EPYC.
+Where oneDNN or the bfloat16 panels serve, one row of input (a decode step of one sequence)
+goes to the engine's split-k GEMV instead (csrc/gemv.c, `OneRowLinear`): it streams the
+model's own weights, in the loader's (in, out) layout, at about the memory bandwidth, 1.2-1.4x
+oneDNN's packed kernel at one row on the 2-core AVX-512 EPYC.
 All give the same numbers up to float rounding (bench/RESULTS.md has the measurements).
 """
 
@@ -29,6 +35,7 @@ from engine import native_build
 PACKED_DTYPES = (torch.float32, torch.bfloat16)
 PACK_BATCH_HINT = 16  # rows oneDNN picks its blocked layout for; one layout serves every M
 PANEL_WIDTH = 16  # output columns of one panel of csrc/gemm.c
+BF16_PANEL_WIDTH = 32  # output columns of one panel of csrc/gemm_bf16.c
 GEMV_MAX_PARTS = 4  # csrc/gemv.c's MAX_PARTS
 GEMV_WIDTH = 16  # each part's outputs a multiple of this (csrc/gemv.c's widest vector)
 
@@ -73,11 +80,43 @@ def panel_gemm():
     return gemm
 
 
+@functools.cache
+def panel_gemm_bf16():
+    """csrc/gemm_bf16.c's panel_gemm_bf16, or None where the library has none (no AVX512_BF16)
+    or cannot be built."""
+    try:
+        gemm = native_build.library().panel_gemm_bf16
+    except (native_build.KernelUnavailable, AttributeError):
+        return None
+    int_, i64, ptr = ctypes.c_int, ctypes.c_int64, ctypes.c_void_p
+    gemm.argtypes = [i64, i64, i64, ptr, i64, ptr, ptr, ptr, int_]
+    gemm.restype = None
+    return gemm
+
+
+def has_amx() -> bool:
+    """Whether the CPU has AMX tiles, where oneDNN's bfloat16 kernels use them."""
+    return getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
+
+
 def backend(weight: torch.Tensor, dtype: torch.dtype | None = None) -> str:
-    """Which kernel serves `weight` (out, in), or its copy in `dtype`: "panels", "onednn" or
-    "torch". Panels where AVX2 is the CPU's best (torch's own dispatch level): with AVX-512
-    oneDNN runs 512-bit kernels that the panels' 256-bit ones were not measured against."""
+    """Which kernel serves `weight` (out, in), or its copy in `dtype`: "bf16_panels",
+    "panels", "onednn" or "torch". The bfloat16 panels where torch dispatches AVX-512 and the
+    library has them (the CPU has AVX512_BF16), but no AMX: oneDNN's AMX kernels were not
+    measured against them. The float32 panels where AVX2 is the CPU's best (torch's own
+    dispatch level): with AVX-512 oneDNN runs 512-bit kernels that the panels' 256-bit ones
+    were not measured against."""
     dtype = dtype or weight.dtype
+    if (
+        torch.backends.cpu.get_cpu_capability() == "AVX512"
+        and weight.device.type == "cpu"
+        and dtype == torch.bfloat16
+        and weight.shape[0] % BF16_PANEL_WIDTH == 0
+        and weight.shape[1] % 2 == 0
+        and panel_gemm_bf16() is not None
+        and not has_amx()
+    ):
+        return "bf16_panels"
     if (
         torch.backends.cpu.get_cpu_capability() == "AVX2"
         and weight.device.type == "cpu"
@@ -96,6 +135,14 @@ def pack_panels(weight: torch.Tensor) -> torch.Tensor:
     if weight.dtype == torch.bfloat16:
         panels = panels.unflatten(-1, (2, PANEL_WIDTH // 2)).transpose(-1, -2).flatten(-2)
     return panels.contiguous()
+
+
+def pack_bf16_panels(weight: torch.Tensor) -> torch.Tensor:
+    """(out, in) -> (out / 32, in / 2, 32, 2): panels of 32 columns, each k pair's two weights
+    of a column side by side (the operand layout of vdpbf16ps), contiguous along k."""
+    out_features, in_features = weight.shape
+    pairs = weight.view(out_features // BF16_PANEL_WIDTH, BF16_PANEL_WIDTH, in_features // 2, 2)
+    return pairs.transpose(1, 2).contiguous()
 
 
 class OneRowLinear:
@@ -196,11 +243,16 @@ class FusedLinear:
         if self.backend == "panels":
             self.weight = pack_panels(weight)
             self.bias = bias.float() if bias is not None else None  # the sums are float32
+        elif self.backend == "bf16_panels":
+            self.weight = pack_bf16_panels(weight)
+            # added to the float32 sums; the one-row GEMV takes self.bias in bfloat16
+            self.bias_f32 = bias.float() if bias is not None else None
         elif self.backend == "onednn":
             self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, PACK_BATCH_HINT)
         else:
             self.weight = weight
-        self.one_row = OneRowLinear.create(linears) if self.backend == "onednn" else None
+        one_row = self.backend in ("onednn", "bf16_panels")
+        self.one_row = OneRowLinear.create(linears) if one_row else None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """(T, in) -> (T, out)."""
@@ -228,6 +280,9 @@ class FusedLinear:
     def _forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         if self.backend == "panels":
             return self._panels(x, residual)
+        if self.backend == "bf16_panels":
+            y = self._bf16_panels(x)
+            return y if residual is None else residual + y
         if self.backend == "onednn":
             if residual is None:
                 return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
@@ -248,16 +303,30 @@ class FusedLinear:
         y = x.new_empty(x.shape[0], self.out_features)
         panel_gemm()(
             int(self.weight.dtype == torch.bfloat16),
-            x.shape[0],
-            self.out_features,
-            self.in_features,
-            x.data_ptr(),
-            x.stride(0),
-            self.weight.data_ptr(),
-            None if self.bias is None else self.bias.data_ptr(),
+            *self._gemm_operands(x, self.bias),
             None if residual is None else residual.data_ptr(),
             0 if residual is None else residual.stride(0),
             y.data_ptr(),
             torch.get_num_threads(),
         )
         return y if dtype == torch.float32 else y.to(dtype)
+
+    def _bf16_panels(self, x: torch.Tensor) -> torch.Tensor:
+        """Bfloat16 in and out (another dtype is rounded to bfloat16 and back)."""
+        dtype = x.dtype
+        x = x.to(torch.bfloat16)
+        if x.stride(-1) != 1 or x.stride(0) % 2:  # the kernel reads x's k pairs as 32 bits
+            x = x.contiguous()
+        y = x.new_empty(x.shape[0], self.out_features)
+        panel_gemm_bf16()(
+            *self._gemm_operands(x, self.bias_f32),
+            y.data_ptr(),
+            torch.get_num_threads(),
+        )
+        return y.to(dtype)
+
+    def _gemm_operands(self, x: torch.Tensor, bias: torch.Tensor | None) -> tuple:
+        """The panel GEMMs' M, N, K, x, x's row stride, the packed weight and the bias."""
+        n, k = self.out_features, self.in_features
+        bias_ptr = None if bias is None else bias.data_ptr()
+        return x.shape[0], n, k, x.data_ptr(), x.stride(0), self.weight.data_ptr(), bias_ptr

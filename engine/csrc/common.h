@@ -52,4 +52,12 @@ static inline __attribute__((always_inline)) float exp_approx(float x) {
   return p * scale * (up ? 2.f : 1.f);
 }
 
+/* How many panels a thread of a GEMM takes at a time: about an eighth of its share, so that a
+ * thread that loses its core for a time slice (to the event loop, a client, a browser) leaves
+ * the rest of its share to the others instead of holding them all at the barrier. */
+static inline int64_t panel_chunk(int64_t panels, int num_threads) {
+  const int64_t per_eighth = panels / (8 * (int64_t)num_threads);
+  return per_eighth > 1 ? per_eighth : 1;
+}
+
 #endif

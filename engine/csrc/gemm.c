@@ -18,6 +18,8 @@
  * there (engine/linear.py). */
 #include <stdint.h>
 
+#include "common.h"
+
 #define NR 16      /* output columns in a panel */
 #define MR 6       /* rows of x in a tile */
 #define KC_MAX 320 /* the k range of one pass: 320 x 16 floats of a panel stay in L1 */
@@ -109,10 +111,7 @@ void panel_gemm(int bf16, int64_t M, int64_t N, int64_t K, const float *x, int64
   const int64_t elem = bf16 ? 2 : 4;
   const int64_t panels = N / NR, mc_max = M <= MC_MAX ? M : MC_LARGE;
   const int64_t k_ranges = (K + KC_MAX - 1) / KC_MAX, kc_max = (K + k_ranges - 1) / k_ranges;
-  /* The panels go out in chunks, about eight per thread, to whichever thread asks next: a
-   * thread that loses its core for a time slice (to the event loop, a client, a browser) leaves
-   * the rest of its share to the others instead of holding them all at the barrier. */
-  const int64_t per_eighth = panels / (8 * num_threads), chunk = per_eighth > 1 ? per_eighth : 1;
+  const int64_t chunk = panel_chunk(panels, num_threads); /* to whichever thread asks next */
 #pragma omp parallel num_threads(num_threads) if (M * N * K >= PARALLEL_MIN)
   for (int64_t m0 = 0; m0 < M; m0 += mc_max) {
     const int64_t m_end = m0 + mc_max < M ? m0 + mc_max : M;

@@ -77,6 +77,75 @@ def test_panels_equal_f_linear_over_tiles_tails_and_k_ranges(rows, in_features, 
     torch.testing.assert_close(summed, want + residual, rtol=1e-5, atol=2e-5)
 
 
+def _bf16_panels_built() -> bool:
+    return linear.panel_gemm_bf16() is not None
+
+
+def test_the_bf16_panel_gemm_is_built_where_the_cpu_has_avx512_bf16():
+    """gcc builds gemm_bf16.c's kernel with -march=native on a CPU with AVX512_BF16: where
+    the suite's machine has it, the bfloat16 panel tests below test it."""
+    avx512_bf16 = torch.backends.cpu.get_cpu_capability() == "AVX512" and (
+        torch.cpu._is_avx512_bf16_supported()
+    )
+    assert _bf16_panels_built() == avx512_bf16
+
+
+@pytest.mark.parametrize("rows", [2, 11, 12, 13, 64, 192, 193, 400])  # tiles, tails, row blocks
+@pytest.mark.parametrize("in_features", [2, 64, 700])
+@pytest.mark.parametrize("bias", [False, True])
+def test_bf16_panels_equal_float32_sums_rounded_once(rows, in_features, bias):
+    """y = x W^T + b from bfloat16 x and W: float32 sums, rounded to bfloat16 once, on the
+    bfloat16 panels where the CPU has AVX512_BF16 (whichever kernel serves elsewhere)."""
+    mods = _linears([bias, False], torch.bfloat16, sizes=(64, 32), in_features=in_features)
+    fused = FusedLinear(_loader_layout(mods))
+    assert (fused.backend == "bf16_panels") == _bf16_panels_built()
+    torch.manual_seed(rows)
+    x = torch.randn(rows, 2 * in_features, dtype=torch.bfloat16)[:, ::2]  # made contiguous
+    with torch.inference_mode():
+        got = fused(x)
+        residual = torch.randn(rows, 96)  # float32: added to the bfloat16 output
+        summed = fused.add(x, residual)
+    wide = [m.weight.float().t() for m in mods]  # the loader's layout: (in, out)
+    want = x.float() @ torch.cat(wide, dim=1)
+    if bias:
+        want[:, :64] += mods[0].bias.float()
+    assert got.dtype == torch.bfloat16 and got.shape == (rows, 96)
+    torch.testing.assert_close(got, want.to(torch.bfloat16))
+    torch.testing.assert_close(summed, residual + got.float())
+
+
+def test_bf16_panels_take_any_input_layout_and_dtype():
+    """A row stride the kernel cannot read in pairs (odd) is copied; a float32 x is rounded
+    to bfloat16 on the way in and the output comes back in float32."""
+    mods = _linears([True], torch.bfloat16, sizes=(64,), in_features=64)
+    fused = FusedLinear(mods)
+    torch.manual_seed(1)
+    base = torch.randn(5, 65, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        odd_stride = fused(base[:, :64])
+        contiguous = fused(base[:, :64].contiguous())
+        wide = fused(base[:, :64].float())
+    assert torch.equal(odd_stride, contiguous)
+    assert wide.dtype == torch.float32 and torch.equal(wide, contiguous.float())
+
+
+def test_bf16_panels_keep_out_of_amx_avx2_and_other_shapes(monkeypatch):
+    monkeypatch.setattr(linear, "panel_gemm_bf16", lambda: lambda *a: None)  # as if built
+    monkeypatch.setattr(linear.torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    monkeypatch.setattr(linear, "has_amx", lambda: False)
+    weight = torch.empty(64, 8, dtype=torch.bfloat16)
+    assert linear.backend(weight) == "bf16_panels"
+    assert linear.backend(weight.float()) != "bf16_panels"
+    assert linear.backend(torch.empty(48, 8, dtype=torch.bfloat16)) != "bf16_panels"  # 32 | out
+    assert linear.backend(torch.empty(64, 7, dtype=torch.bfloat16)) != "bf16_panels"  # odd in
+    assert linear.backend(weight.to("meta")) == "torch"
+    monkeypatch.setattr(linear, "has_amx", lambda: True)  # oneDNN's AMX kernels
+    assert linear.backend(weight) != "bf16_panels"
+    monkeypatch.setattr(linear, "has_amx", lambda: False)
+    monkeypatch.setattr(linear.torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    assert linear.backend(weight) != "bf16_panels"
+
+
 @pytest.mark.parametrize("rows", [1, 7, 200])
 def test_bfloat16_panels_sum_as_the_float32_panels_on_the_upcast(rows, monkeypatch):
     """The bfloat16 panels widen each weight exactly as they load it: the same float32 sums,
@@ -138,6 +207,7 @@ def test_bfloat16_where_onednn_has_no_bfloat16_kernels(sizes, cpu_capability, mo
     bfloat16 weight as it is; where they cannot, oneDNN's float32 kernels take its exact
     upcast. The output is bfloat16 and equals F.linear's within bfloat16 rounding."""
     monkeypatch.setattr(linear.torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    monkeypatch.setattr(linear, "panel_gemm_bf16", lambda: None)  # nor AVX512_BF16
     for bias in ([False] * 3, [True, False, True]):
         mods = _linears(bias, torch.bfloat16, sizes)
         fused = FusedLinear(mods, pack=True)
@@ -211,15 +281,24 @@ def test_one_row_equals_f_linear(dtype, sizes, in_features, bias):
         torch.testing.assert_close(summed, (want + residual).to(dtype))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_fused_linear_takes_one_row_to_the_gemv_and_agrees_with_onednn(dtype, monkeypatch):
+@pytest.mark.parametrize(
+    ("dtype", "kernel"),
+    [(torch.float32, "onednn"), (torch.bfloat16, "onednn"), (torch.bfloat16, "bf16_panels")],
+)
+def test_fused_linear_takes_one_row_to_the_gemv_and_agrees_with_the_batch_kernel(
+    dtype, kernel, monkeypatch
+):
     monkeypatch.setattr(linear.torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    if kernel == "onednn":
+        monkeypatch.setattr(linear, "panel_gemm_bf16", lambda: None)
+    elif not _bf16_panels_built():  # a CPU without AVX512_BF16: oneDNN serves
+        kernel = "onednn"
     mods = _linears([True, False, True], dtype, sizes=(64, 32, 32), in_features=64)
     if not linear.can_pack(mods[0].weight):
         pytest.fail("oneDNN's packed linear is missing: the suite's machines have it")
-    assert FusedLinear(mods).one_row is None  # transformers' (out, in) layout: oneDNN only
+    assert FusedLinear(mods).one_row is None  # transformers' (out, in) layout: no GEMV
     fused = FusedLinear(_loader_layout(mods))
-    assert fused.backend == "onednn" and fused.one_row is not None
+    assert fused.backend == kernel and fused.one_row is not None
     calls = []
     real = linear.gemv_split_k()
     monkeypatch.setattr(linear, "gemv_split_k", lambda: lambda *a: calls.append(a) or real(*a))
@@ -228,7 +307,7 @@ def test_fused_linear_takes_one_row_to_the_gemv_and_agrees_with_onednn(dtype, mo
     with torch.inference_mode():
         rows = torch.cat([fused(x[i : i + 1]) for i in range(3)])
         assert len(calls) == 3
-        batch = fused(x)  # three rows: oneDNN
+        batch = fused(x)  # three rows: the batch kernel
         assert len(calls) == 3
         summed = torch.cat([fused.add(x[i : i + 1], residual[i : i + 1]) for i in range(3)])
         summed_batch = fused.add(x, residual)

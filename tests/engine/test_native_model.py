@@ -127,3 +127,23 @@ def test_the_model_object_is_untouched(tokenizer):
     before = {k: v.clone() for k, v in model.state_dict().items()}
     LLMEngine(model, tokenizer, EngineConfig(num_kv_blocks=32, block_size=4))
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+@pytest.mark.parametrize("arch", list(TINY_ARCHS))
+def test_bf16_logits_on_the_bf16_panels_equal_f_linear(arch, tokenizer, monkeypatch):
+    """bfloat16 weights: the engine's vdpbf16ps GEMM (where the CPU has AVX512_BF16) gives
+    the logits plain F.linear gives, within bfloat16 rounding."""
+    model, _ = make_tiny_pair(arch)
+    model = model.to(torch.bfloat16)
+    prompt, extra = list(range(100, 117)), [5, 6, 7]
+    fast = make_engine(copy.deepcopy(model), tokenizer, model_impl="native")
+    built = linear.panel_gemm_bf16() is not None
+    assert (fast.runner.forward.backend == "bf16_panels") == built
+    got = _runner_logits(fast, prompt, extra)
+    monkeypatch.setattr(linear, "panel_gemm_bf16", lambda: None)
+    monkeypatch.setattr(linear, "can_pack", lambda weight: False)
+    plain = make_engine(model, tokenizer, model_impl="native")
+    assert plain.runner.forward.backend == "torch"
+    want = _runner_logits(plain, prompt, extra)
+    assert got.dtype == want.dtype == torch.bfloat16
+    torch.testing.assert_close(got, want)

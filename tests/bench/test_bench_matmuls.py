@@ -1,0 +1,20 @@
+"""bench_matmuls.py times each kernel on the same product: each gives F.linear's numbers."""
+
+import pytest
+import torch
+
+from bench import bench_matmuls
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_every_kernel_it_times_computes_the_same_product(dtype):
+    kernels = bench_matmuls.kernels(dtype)
+    assert "onednn" in kernels  # the suite's machines have oneDNN's packed linear
+    torch.manual_seed(0)
+    weight, x = torch.randn(96, 64, dtype=dtype), torch.randn(5, 64, dtype=dtype)
+    want = (x.float() @ weight.float().t()).to(dtype)
+    tolerance = {} if dtype == torch.bfloat16 else {"rtol": 1e-5, "atol": 1e-4}
+    got = {name: run(x, pack(weight), 96).to(dtype) for name, (pack, run) in kernels.items()}
+    for name, y in got.items():
+        assert y.shape == want.shape, name
+        torch.testing.assert_close(y, want, **tolerance)
