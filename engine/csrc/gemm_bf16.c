@@ -25,7 +25,7 @@
 
 #define NR 32  /* output columns in a panel */
 #define MR 12  /* rows of x in a tile: 24 sums, 2 weights and a broadcast of the 32 zmm */
-#define MC 192 /* rows in one pass over the panels: a decode step's rows all at once */
+#define MC 256 /* rows in one pass over the panels: their block of x (up to 768 KiB) stays in L2 */
 #define PARALLEL_MIN (1 << 15) /* M * N * K below this runs on one thread */
 
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
