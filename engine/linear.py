@@ -5,8 +5,8 @@ q/k/v become one projection and gate/up another, as in vLLM's `QKVParallelLinear
 instead of three. The fused weight is packed once for the fastest kernel there is:
 - "bf16_panels": a bfloat16 weight on a CPU with AVX512_BF16 and no AMX, the engine's own
   GEMM on vdpbf16ps (csrc/gemm_bf16.c: panels of 32 columns, float32 sums, bfloat16 out). On
-  the 2-core AVX-512 EPYC it runs a SmolLM2-135M step's bfloat16 matmuls 1.1-1.5x faster than
-  oneDNN at 2-64 rows, as fast at 128-512; and its threads share the work as they come free,
+  the 2-core AVX-512 EPYC it runs a SmolLM2-135M step's bfloat16 matmuls 1.1-1.6x faster than
+  oneDNN at 2-64 rows, as fast at 128-2048; and its threads share the work as they come free,
   so a core lost for a while to the server or a client costs it less (oneDNN's shares are
   fixed before it starts).
 - "panels": on a CPU whose best vectors are AVX2 (no AVX-512), the engine's own GEMM
