@@ -151,8 +151,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         metavar="0-19",
         default=0,
         help="nice value of the threads that serve the page and the API (Linux): above the "
-        "driver's 0 they no longer pre-empt the engine's OpenMP threads mid-op, which streams "
-        "API tokens faster and answers the board's ticks later",
+        "driver's 0 they no longer pre-empt the engine's OpenMP threads mid-op; measured: "
+        "streams 3.9%% faster to a client that costs no CPU, answers the board's ticks 2-5x "
+        "later",
     )
     p.add_argument(
         "--stuck-after", type=float, default=STUCK_AFTER_S, help="seconds before a step is stuck"

@@ -4,8 +4,8 @@ A step is 121 matmuls: 30 layers of qkv (576 -> 960), o (576 -> 576), gate+up (5
 and down (1536 -> 576), then the LM head (576 -> 49,152); each has its own random weight, so
 the weights come from memory as in a real step. For each number of rows (sequences in a decode
 step, tokens in a prefill chunk) the step is timed `--repeat` times per kernel and the median
-printed: oneDNN's packed linear (what `torch.ops.mkldnn._linear_pointwise` runs), the engine's
-bfloat16 panels (csrc/gemm_bf16.c, on AVX512_BF16) and its AVX2 panels (csrc/gemm.c).
+printed: each through `FusedLinear` as the engine calls it, on oneDNN's packed linear, the
+engine's bfloat16 panels (csrc/gemm_bf16.c, on AVX512_BF16) and its AVX2 panels (csrc/gemm.c).
 
 `--busy BURN_US,SLEEP_US` runs a second process meanwhile that burns BURN_US of CPU, sleeps
 SLEEP_US, and again: what a server's event loop and a client on the same machine take from the
@@ -22,12 +22,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine import linear  # noqa: E402
+from engine.linear import FusedLinear  # noqa: E402
 
 HIDDEN, INTERMEDIATE, QKV, VOCAB, LAYERS = 576, 1536, 960, 49152, 30
 SHAPES = [(HIDDEN, QKV), (HIDDEN, HIDDEN), (HIDDEN, 2 * INTERMEDIATE), (INTERMEDIATE, HIDDEN)]
@@ -43,52 +45,35 @@ while True:
 """
 
 
-def kernels(dtype: torch.dtype) -> dict:
-    """name -> (pack(weight (out, in)) -> packed, run(x, packed, out_features) -> y)."""
-    found = {}
+def kernels(dtype: torch.dtype) -> list[str]:
+    """The FusedLinear backends besides F.linear that this machine can run for `dtype`."""
+    found = []
     if linear.can_pack(torch.empty(0, dtype=dtype)):
-
-        def onednn_pack(w):
-            return torch.ops.mkldnn._reorder_linear_weight(w, linear.PACK_BATCH_HINT)
-
-        def onednn_run(x, packed, n):
-            return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
-
-        found["onednn"] = (onednn_pack, onednn_run)
+        found.append("onednn")
     if dtype == torch.bfloat16 and linear.panel_gemm_bf16() is not None:
-
-        def bf16_run(x, packed, n):
-            y = x.new_empty(x.shape[0], n)
-            linear.panel_gemm_bf16()(
-                x.shape[0], n, x.shape[1], x.data_ptr(), x.stride(0), packed.data_ptr(),
-                None, y.data_ptr(), torch.get_num_threads(),
-            )  # fmt: skip
-            return y
-
-        found["bf16_panels"] = (linear.pack_bf16_panels, bf16_run)
+        found.append("bf16_panels")
     if linear.panel_gemm() is not None:
-
-        def panels_run(x, packed, n):
-            xf = x.float()
-            y = xf.new_empty(x.shape[0], n)
-            linear.panel_gemm()(
-                int(packed.dtype == torch.bfloat16), x.shape[0], n, x.shape[1], xf.data_ptr(),
-                xf.stride(0), packed.data_ptr(), None, None, 0, y.data_ptr(),
-                torch.get_num_threads(),
-            )  # fmt: skip
-            return y
-
-        found["panels"] = (linear.pack_panels, panels_run)
+        found.append("panels")
     return found
 
 
-def time_step(run, packed: list, xs: dict, repeat: int) -> float:
+def fused(weight: torch.Tensor, kernel: str) -> FusedLinear:
+    """`weight` (out, in) packed and run as the engine does on `kernel`, whichever this CPU
+    would pick. (transformers' (out, in) layout: no one-row GEMV, so one row times `kernel`.)"""
+    module = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, dtype=weight.dtype)
+    with torch.no_grad():
+        module.weight.copy_(weight)
+    with mock.patch.object(linear, "backend", lambda w, dtype=None: kernel):
+        return FusedLinear([module])
+
+
+def time_step(step: list[FusedLinear], xs: dict, repeat: int) -> float:
     """Median seconds of the step's matmuls, after one warm-up step."""
     times = []
     for _ in range(repeat + 1):
         start = time.perf_counter()
-        for (k, n), w in zip(STEP, packed, strict=True):
-            run(xs[k], w, n)
+        for (k, _n), matmul in zip(STEP, step, strict=True):
+            matmul(xs[k])
         times.append(time.perf_counter() - start)
     return statistics.median(times[1:])
 
@@ -105,8 +90,7 @@ def main() -> None:
     rows = [int(r) for r in args.rows.split(",")]
     torch.manual_seed(0)
     weights = [torch.randn(n, k, dtype=dtype) * k**-0.5 for k, n in STEP]
-    found = {name: (run, [pack(w) for w in weights])
-             for name, (pack, run) in kernels(dtype).items()}  # fmt: skip
+    found = {name: [fused(w, name) for w in weights] for name in kernels(dtype)}
     busy = None
     if args.busy:
         burn, pause = args.busy.split(",")
@@ -117,8 +101,7 @@ def main() -> None:
         print("rows  " + "  ".join(f"{name:>12}" for name in found))
         for m in rows:
             xs = {k: torch.randn(m, k, dtype=dtype) for k in (HIDDEN, INTERMEDIATE)}
-            medians = {name: time_step(run, packed, xs, args.repeat)
-                       for name, (run, packed) in found.items()}  # fmt: skip
+            medians = {name: time_step(step, xs, args.repeat) for name, step in found.items()}
             results[m] = {name: round(s * 1e3, 2) for name, s in medians.items()}
             print(f"{m:>4}  " + "  ".join(f"{s * 1e3:>9.1f} ms" for s in medians.values()))
     finally:
