@@ -5,7 +5,8 @@ and down (1536 -> 576), then the LM head (576 -> 49,152); each has its own rando
 the weights come from memory as in a real step. For each number of rows (sequences in a decode
 step, tokens in a prefill chunk) the step is timed `--repeat` times per kernel and the median
 printed: each through `FusedLinear` as the engine calls it, on oneDNN's packed linear, the
-engine's bfloat16 panels (csrc/gemm_bf16.c, on AVX512_BF16) and its AVX2 panels (csrc/gemm.c).
+engine's bfloat16 panels (csrc/gemm_bf16.c, on AVX512_BF16) and its float32-sum panels
+(csrc/gemm.c, AVX-512 or AVX2).
 
 `--busy BURN_US,SLEEP_US` runs a second process meanwhile that burns BURN_US of CPU, sleeps
 SLEEP_US, and again: what a server's event loop and a client on the same machine take from the

@@ -9,16 +9,19 @@ instead of three. The fused weight is packed once for the fastest kernel there i
   oneDNN at 2-64 rows, as fast at 128-2048; and its threads share the work as they come free,
   so a core lost for a while to the server or a client costs it less (oneDNN's shares are
   fixed before it starts).
-- "panels": on a CPU whose best vectors are AVX2 (no AVX-512), the engine's own GEMM
-  (csrc/gemm.c: weights in panels of 16 columns, float32 or bfloat16, float32 sums); on the
-  2-core AVX2 EPYC it runs a SmolLM2-135M step's float32 matmuls 1.46x faster than oneDNN at
-  1 row, 1.16-1.33x at 16-64 rows.
+- "panels": a float32 weight on a CPU with AVX2 or AVX-512, and a bfloat16 one with AVX2
+  only, the engine's own GEMM (csrc/gemm.c: weights in panels of two vectors of columns,
+  float32 or bfloat16, float32 sums; its threads share the work as they come free too). A
+  SmolLM2-135M step's float32 matmuls against oneDNN's: on the 2-core AVX2 EPYC 1.46x faster
+  at 1 row, 1.16-1.33x at 16-64 rows; on the 2-core AVX-512 EPYC 1.5-2x at 1-8 rows, 1.1x at
+  16-128, level at 512-2048 (not measured on Intel's AVX-512 CPUs).
 - "onednn": elsewhere on a CPU with oneDNN, its blocked layout
   (`torch.ops.mkldnn._reorder_linear_weight`) run by `torch.ops.mkldnn._linear_pointwise`,
   the pair inductor's CPU weight freezing emits: 2-3x `torch.mm` at 1-64 rows.
 - "torch": everywhere else (CUDA, a torch without oneDNN, another dtype), plain `F.linear`.
 Where oneDNN or the bfloat16 panels serve, one row of input (a decode step of one sequence)
-goes to the engine's split-k GEMV instead (csrc/gemv.c, `OneRowLinear`): it streams the
+goes to the engine's split-k GEMV instead (the float32 panels stream their packed weight as
+fast at one row) (csrc/gemv.c, `OneRowLinear`): it streams the
 model's own weights, in the loader's (in, out) layout, at about the memory bandwidth, 1.2-1.4x
 oneDNN's packed kernel at one row on the 2-core AVX-512 EPYC.
 All give the same numbers up to float rounding (bench/RESULTS.md has the measurements).
@@ -34,7 +37,6 @@ from engine import native_build
 
 PACKED_DTYPES = (torch.float32, torch.bfloat16)
 PACK_BATCH_HINT = 16  # rows oneDNN picks its blocked layout for; one layout serves every M
-PANEL_WIDTH = 16  # output columns of one panel of csrc/gemm.c
 BF16_PANEL_WIDTH = 32  # output columns of one panel of csrc/gemm_bf16.c
 GEMV_MAX_PARTS = 4  # csrc/gemv.c's MAX_PARTS
 GEMV_WIDTH = 16  # each part's outputs a multiple of this (csrc/gemv.c's widest vector)
@@ -81,6 +83,13 @@ def panel_gemm():
 
 
 @functools.cache
+def panel_width() -> int:
+    """Output columns in a panel of csrc/gemm.c as built here: 32 with AVX-512, 16 with AVX2
+    (two vectors of float32)."""
+    return native_build.library().panel_gemm_width()
+
+
+@functools.cache
 def panel_gemm_bf16():
     """csrc/gemm_bf16.c's panel_gemm_bf16, or None where the library has none (no AVX512_BF16)
     or cannot be built."""
@@ -103,9 +112,9 @@ def backend(weight: torch.Tensor, dtype: torch.dtype | None = None) -> str:
     """Which kernel serves `weight` (out, in), or its copy in `dtype`: "bf16_panels",
     "panels", "onednn" or "torch". The bfloat16 panels where torch dispatches AVX-512 and the
     library has them (the CPU has AVX512_BF16), but no AMX: oneDNN's AMX kernels were not
-    measured against them. The float32 panels where AVX2 is the CPU's best (torch's own
-    dispatch level): with AVX-512 oneDNN runs 512-bit kernels that the panels' 256-bit ones
-    were not measured against."""
+    measured against them. The panels for float32 where torch dispatches AVX2 or AVX-512, and
+    for bfloat16 weights (float32 sums) where AVX2 is the best: with AVX-512 those go to
+    kernels with bfloat16 arithmetic."""
     dtype = dtype or weight.dtype
     if (
         torch.backends.cpu.get_cpu_capability() == "AVX512"
@@ -117,23 +126,25 @@ def backend(weight: torch.Tensor, dtype: torch.dtype | None = None) -> str:
         and not has_amx()
     ):
         return "bf16_panels"
+    panel_dtypes = {"AVX2": PACKED_DTYPES, "AVX512": (torch.float32,)}
     if (
-        torch.backends.cpu.get_cpu_capability() == "AVX2"
-        and weight.device.type == "cpu"
-        and dtype in PACKED_DTYPES
-        and weight.shape[0] % PANEL_WIDTH == 0
+        weight.device.type == "cpu"
+        and dtype in panel_dtypes.get(torch.backends.cpu.get_cpu_capability(), ())
         and panel_gemm() is not None
+        and weight.shape[0] % panel_width() == 0
     ):
         return "panels"
     return "onednn" if can_pack(weight.new_empty(0, dtype=dtype)) else "torch"
 
 
 def pack_panels(weight: torch.Tensor) -> torch.Tensor:
-    """(out, in) -> (out / 16, in, 16): panels of 16 columns, contiguous along k. In bfloat16
-    the 16 columns of one k go in the order 0, 8, 1, 9, ..., 7, 15 (csrc/gemm.c's load_w)."""
-    panels = weight.view(-1, PANEL_WIDTH, weight.shape[1]).transpose(1, 2)  # (out/16, in, 16)
+    """(out, in) -> (out / w, in, w): panels of w = panel_width() columns, contiguous along
+    k. In bfloat16 the w columns of one k go in the order 0, w/2, 1, w/2 + 1, ... (csrc/gemm.c's
+    widen)."""
+    width = panel_width()
+    panels = weight.view(-1, width, weight.shape[1]).transpose(1, 2)  # (out/w, in, w)
     if weight.dtype == torch.bfloat16:
-        panels = panels.unflatten(-1, (2, PANEL_WIDTH // 2)).transpose(-1, -2).flatten(-2)
+        panels = panels.unflatten(-1, (2, width // 2)).transpose(-1, -2).flatten(-2)
     return panels.contiguous()
 
 

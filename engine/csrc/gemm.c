@@ -1,52 +1,83 @@
-/* The native forward's linears on AVX2 + FMA CPUs: y = x W^T (+ bias) (+ residual), in float32
+/* The native forward's float32 linears: y = x W^T (+ bias) (+ residual), in float32
  * arithmetic, with W in float32 or bfloat16 (widened exactly as it is loaded: half the bytes to
- * stream, the same sums as on the float32 upcast).
+ * stream, the same sums as on the float32 upcast). Built for the widest vectors the compiler
+ * targets: AVX-512 (zmm, 32-column panels, 12-row tiles) or AVX2 + FMA (ymm, 16 and 6).
  *
- * W is packed once, at load, into panels of 16 output columns: panel p holds W[16p .. 16p+15][k]
- * for k = 0 .. K-1, 16 values per k, contiguous. A tile of up to 6 rows of x times one panel
- * keeps its 6 x 16 sums in 12 ymm registers: per k, two loads of the panel and six broadcasts
- * of x feed twelve FMAs (BLIS's Haswell micro-kernel shape). The threads take the panels in
- * chunks as they come free; each panel's tiles walk the rows of x while the panel stays in
- * cache, so the weights stream from memory once per block of rows (all rows up to MC_MAX, as
- * in a decode step).
- * Measured on the 2-core AVX2 EPYC against oneDNN's packed fp32 linear (what the engine ran
- * before): the 121 matmuls of a SmolLM2-135M step, 1.46x faster at 1 row, 1.33x at 16-32,
- * 1.16-1.25x at 64, 1.05-1.1x at 512-2048 (bench/RESULTS.md).
- *
- * Built where the compiler targets AVX2 and FMA (else the library has no panel_gemm). On a CPU
- * with AVX-512 oneDNN has 512-bit kernels this one does not match: the engine keeps oneDNN
- * there (engine/linear.py). */
+ * W is packed once, at load, into panels of NR = 2 vectors of output columns: panel p holds
+ * W[NR p .. NR p + NR - 1][k] for k = 0 .. K-1, NR values per k, contiguous. A tile of up to MR
+ * rows of x times one panel keeps its MR x NR sums in 2 MR registers: per k, two loads of the
+ * panel and MR broadcasts of x feed 2 MR FMAs (BLIS's micro-kernel shape). The threads take the
+ * panels in chunks as they come free; each panel's tiles walk the rows of x while the panel
+ * stays in cache, so the weights stream from memory once per block of rows (all rows up to
+ * MC_MAX, as in a decode step).
+ * The 121 float32 matmuls of a SmolLM2-135M step against oneDNN's packed linear (what the engine
+ * ran before; bench/RESULTS.md): on the 2-core AVX2 EPYC 1.46x faster at 1 row, 1.33x at 16-32,
+ * 1.16-1.25x at 64, 1.05-1.1x at 512-2048; on the 2-core AVX-512 EPYC (whole k in one pass:
+ * splitting it as on AVX2 made them 1.2-1.4x slower there) 1.5-2x at 1-8 rows, 1.1x at 16-128,
+ * level at 512-2048. */
 #include <stdint.h>
 
 #include "common.h"
 
-#define NR 16      /* output columns in a panel */
-#define MR 6       /* rows of x in a tile */
-#define KC_MAX 320 /* the k range of one pass: 320 x 16 floats of a panel stay in L1 */
 #define MC_MAX 192 /* rows in one pass over the panels: a decode step's rows all at once */
 #define MC_LARGE 144
 #define PARALLEL_MIN (1 << 15) /* M * N * K below this runs on one thread */
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX512F__)
 #include <immintrin.h>
+#define VL 16 /* floats to a vector */
+#define MR 12 /* rows of x in a tile: 24 sums and 2 weights of the 32 zmm */
+#define KC_MAX INT32_MAX /* the whole of k in one pass: a panel of K = 1536 (192 KiB) stays in L2 */
+typedef __m512 vec;
+#define vload _mm512_loadu_ps
+#define vstore _mm512_storeu_ps
+#define vfma _mm512_fmadd_ps
+#define vadd _mm512_add_ps
+#define vzero _mm512_setzero_ps
+#define vset1 _mm512_set1_ps
+/* The NR bfloat16 weights of a panel at one k as two vectors: column j in the low half of
+ * 32-bit lane j, column VL + j in its high half, so a shift and a mask widen them exactly (a
+ * bfloat16 is the high half of a float32), no shuffles. */
+static inline __attribute__((always_inline)) void widen(const uint16_t *w, vec *lo, vec *hi) {
+  const __m512i v = _mm512_loadu_si512(w);
+  *lo = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+  *hi = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u)));
+}
+#define HAS_PANELS 1
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define VL 8
+#define MR 6 /* 12 sums and 2 weights of the 16 ymm */
+#define KC_MAX 320 /* the k range of one pass: 320 x 16 floats of a panel (20 KiB) stay in L1 */
+typedef __m256 vec;
+#define vload _mm256_loadu_ps
+#define vstore _mm256_storeu_ps
+#define vfma _mm256_fmadd_ps
+#define vadd _mm256_add_ps
+#define vzero _mm256_setzero_ps
+#define vset1 _mm256_set1_ps
+static inline __attribute__((always_inline)) void widen(const uint16_t *w, vec *lo, vec *hi) {
+  const __m256i v = _mm256_loadu_si256((const __m256i *)w);
+  *lo = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  *hi = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xffff0000u)));
+}
+#define HAS_PANELS 1
+#endif
 
-/* The 16 weights of a panel at one k, as two vectors of 8 columns. In bfloat16 the panel holds
- * column j in the low half of 32-bit lane j and column 8 + j in its high half: a shift and a
- * mask widen them exactly (a bfloat16 is the high half of a float32), no shuffles. */
+#ifdef HAS_PANELS
+#define NR (2 * VL)             /* output columns in a panel */
+
+int panel_gemm_width(void) { return NR; }
+
 static inline __attribute__((always_inline)) void load_w(const void *w, int64_t k, int bf16,
-                                                         __m256 *lo, __m256 *hi) {
+                                                         vec *lo, vec *hi) {
   if (bf16) {
-    const __m256i v = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + k * NR));
-    *lo = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-    *hi = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xffff0000u)));
+    widen((const uint16_t *)w + k * NR, lo, hi);
   } else {
-    *lo = _mm256_loadu_ps((const float *)w + k * NR);
-    *hi = _mm256_loadu_ps((const float *)w + k * NR + 8);
+    *lo = vload((const float *)w + k * NR);
+    *hi = vload((const float *)w + k * NR + VL);
   }
 }
-
-/* A ROW(i) of the tile: its 16 sums in c##i##0, c##i##1. */
-#define ROWS(ROW) ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)
 
 /* Rows [0, mr) of y (ldy) = those of x (ldx) times the panel wp over kc values of k, plus y
  * (more = 1, a later k range) or bias and residual (more = 0; either may be NULL). */
@@ -54,57 +85,54 @@ static inline __attribute__((always_inline)) void tile(int bf16, int mr, int kc,
                                                        int64_t ldx, const void *wp, float *y,
                                                        int64_t ldy, int more, const float *bias,
                                                        const float *res, int64_t ldr) {
-  const __m256 b0 = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
-  const __m256 b1 = bias ? _mm256_loadu_ps(bias + 8) : _mm256_setzero_ps();
-#define INIT(i)                                                                                \
-  __m256 c##i##0 = b0, c##i##1 = b1;                                                           \
-  if (i < mr) {                                                                                \
-    const float *from = more ? y + i * ldy : res ? res + i * ldr : 0;                          \
-    if (from) {                                                                                \
-      c##i##0 = _mm256_add_ps(more ? _mm256_setzero_ps() : c##i##0, _mm256_loadu_ps(from));    \
-      c##i##1 = _mm256_add_ps(more ? _mm256_setzero_ps() : c##i##1, _mm256_loadu_ps(from + 8)); \
-    }                                                                                          \
+  const vec b0 = bias ? vload(bias) : vzero(), b1 = bias ? vload(bias + VL) : vzero();
+  vec c0[MR], c1[MR];
+  for (int i = 0; i < mr; i++) {
+    c0[i] = b0, c1[i] = b1;
+    const float *from = more ? y + i * ldy : res ? res + i * ldr : 0;
+    if (from) {
+      c0[i] = vadd(more ? vzero() : c0[i], vload(from));
+      c1[i] = vadd(more ? vzero() : c1[i], vload(from + VL));
+    }
   }
-  ROWS(INIT)
   for (int k = 0; k < kc; k++) {
-    __m256 w0, w1;
+    vec w0, w1;
     load_w(wp, k, bf16, &w0, &w1);
-#define FMA(i)                                                                                 \
-  if (i < mr) {                                                                                \
-    const __m256 a = _mm256_broadcast_ss(x + i * ldx + k);                                     \
-    c##i##0 = _mm256_fmadd_ps(a, w0, c##i##0);                                                 \
-    c##i##1 = _mm256_fmadd_ps(a, w1, c##i##1);                                                 \
+    for (int i = 0; i < mr; i++) {
+      const vec a = vset1(x[i * ldx + k]);
+      c0[i] = vfma(a, w0, c0[i]);
+      c1[i] = vfma(a, w1, c1[i]);
+    }
   }
-    ROWS(FMA)
+  for (int i = 0; i < mr; i++) {
+    vstore(y + i * ldy, c0[i]);
+    vstore(y + i * ldy + VL, c1[i]);
   }
-#define STORE(i)                                                                               \
-  if (i < mr) {                                                                                \
-    _mm256_storeu_ps(y + i * ldy, c##i##0);                                                    \
-    _mm256_storeu_ps(y + i * ldy + 8, c##i##1);                                                \
-  }
-  ROWS(STORE)
 }
 
 /* tile() compiled once per weight type and row count, the registers of absent rows left out. */
 #define TILE(n)                                                                                \
-  bf16 ? tile(1, n, kc, x, ldx, wp, y, ldy, more, bias, res, ldr)                              \
-       : tile(0, n, kc, x, ldx, wp, y, ldy, more, bias, res, ldr)
+  case n:                                                                                      \
+    if (bf16)                                                                                  \
+      tile(1, n, kc, x, ldx, wp, y, ldy, more, bias, res, ldr);                                \
+    else                                                                                       \
+      tile(0, n, kc, x, ldx, wp, y, ldy, more, bias, res, ldr);                                \
+    break;
 static void tile_rows(int bf16, int mr, int kc, const float *x, int64_t ldx, const void *wp,
                       float *y, int64_t ldy, int more, const float *bias, const float *res,
                       int64_t ldr) {
   switch (mr) {
-  case 6: TILE(6); break;
-  case 5: TILE(5); break;
-  case 4: TILE(4); break;
-  case 3: TILE(3); break;
-  case 2: TILE(2); break;
-  default: TILE(1); break;
+#if MR > 6
+    TILE(12) TILE(11) TILE(10) TILE(9) TILE(8) TILE(7)
+#endif
+    TILE(6) TILE(5) TILE(4) TILE(3) TILE(2) TILE(1)
   }
 }
+#undef TILE
 
 /* y (M, N; row stride N) = x (M, K; row stride ldx) W^T + bias (N or NULL) + residual (M, N;
- * row stride ldr; or NULL), all float32 but wp: W packed as (N / 16, K, 16), bfloat16 if bf16
- * (its 16 columns interleaved as load_w reads them) else float32; N % 16 == 0. */
+ * row stride ldr; or NULL), all float32 but wp: W packed as (N / NR, K, NR), bfloat16 if bf16
+ * (its NR columns interleaved as widen reads them) else float32; N % NR == 0. */
 void panel_gemm(int bf16, int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx,
                 const void *wp, const float *bias, const float *residual, int64_t ldr, float *y,
                 int num_threads) {

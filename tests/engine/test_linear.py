@@ -1,11 +1,16 @@
 """FusedLinear: one matmul for several projections, on the engine's panel GEMM (csrc/gemm.c),
 oneDNN's packed linear or F.linear; one row on the split-k GEMV (csrc/gemv.c)."""
 
+import ctypes
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
 
-from engine import linear
+from engine import linear, native_build
 from engine.linear import FusedLinear
 from engine.loader import transpose_linear_weights
 
@@ -17,11 +22,10 @@ def _linears(bias: list[bool], dtype=torch.float32, sizes=(24, 8, 8), in_feature
     ]
 
 
-@pytest.fixture(params=["panels", "onednn"])
+@pytest.fixture(params=["AVX2", "AVX512"])
 def cpu_capability(request, monkeypatch):
-    """The CPU as torch's dispatch sees it: AVX2 at best (the panel GEMM's) or AVX-512."""
-    level = "AVX2" if request.param == "panels" else "AVX512"
-    monkeypatch.setattr(linear.torch.backends.cpu, "get_cpu_capability", lambda: level)
+    """The CPU as torch's dispatch sees it: AVX2 at best or AVX-512."""
+    monkeypatch.setattr(linear.torch.backends.cpu, "get_cpu_capability", lambda: request.param)
     return request.param
 
 
@@ -31,11 +35,10 @@ def cpu_capability(request, monkeypatch):
 def test_fused_equals_the_separate_linears(pack, bias, sizes, cpu_capability):
     mods = _linears(bias, sizes=sizes)
     fused = FusedLinear(mods, pack=pack)
-    panels = cpu_capability == "panels" and sum(sizes) % 16 == 0
     if not pack:
         assert fused.backend == "torch"
-    elif panels and linear.panel_gemm() is not None:
-        assert fused.backend == "panels"
+    elif linear.panel_gemm() is not None and sum(sizes) % linear.panel_width() == 0:
+        assert fused.backend == "panels"  # float32 at either level
     else:
         assert fused.backend == ("onednn" if linear.can_pack(mods[0].weight) else "torch")
     assert fused.sizes == list(sizes) and (fused.out_features, fused.in_features) == (
@@ -53,28 +56,57 @@ def test_fused_equals_the_separate_linears(pack, bias, sizes, cpu_capability):
 
 
 def test_the_panel_gemm_is_built_on_this_x86_machine():
-    """The suite runs on x86-64 machines with AVX2 and FMA, where gcc builds gemm_f32: the
-    panel tests below then test it rather than pass by a fallback."""
-    if torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"):
+    """The suite runs on x86-64 machines with AVX2 and FMA, where gcc builds gemm.c for the
+    widest vectors there (32-column panels with AVX-512, 16 with AVX2): the panel tests below
+    then test it rather than pass by a fallback."""
+    level = torch.backends.cpu.get_cpu_capability()
+    if level in ("AVX2", "AVX512"):
         assert linear.panel_gemm() is not None
+        assert linear.panel_width() == {"AVX2": 16, "AVX512": 32}[level]
 
 
-@pytest.mark.parametrize("rows", [1, 2, 5, 6, 7, 13, 64, 193, 400])  # tiles, tails, row blocks
-@pytest.mark.parametrize("in_features", [8, 320, 700])  # one k range, exactly one, three
+# tiles of 6 (AVX2) and 12 rows (AVX-512), their tails, blocks of rows
+@pytest.mark.parametrize("rows", [1, 2, 5, 6, 7, 12, 13, 25, 64, 193, 400])
+@pytest.mark.parametrize("in_features", [8, 320, 700])  # AVX2: one k range, exactly one, three
 @pytest.mark.parametrize("bias", [False, True])
-def test_panels_equal_f_linear_over_tiles_tails_and_k_ranges(rows, in_features, bias, monkeypatch):
-    monkeypatch.setattr(linear.torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
-    mods = _linears([bias, False], sizes=(48, 32), in_features=in_features)
+def test_panels_equal_f_linear_over_tiles_tails_and_k_ranges(rows, in_features, bias):
+    mods = _linears([bias, False], sizes=(64, 32), in_features=in_features)
     fused = FusedLinear(mods)
     assert fused.backend == "panels"
     torch.manual_seed(rows)
     x = torch.randn(rows, 2 * in_features)[:, ::2]  # a strided input is made contiguous
-    residual = torch.randn(rows, 80)
+    residual = torch.randn(rows, 96)
     with torch.inference_mode():
         want = torch.cat([m(x) for m in mods], dim=-1)
         got, summed = fused(x), fused.add(x, residual)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=2e-5)
     torch.testing.assert_close(summed, want + residual, rtol=1e-5, atol=2e-5)
+
+
+AVX2_BUILD = """
+import sys, pytest
+from engine import native_build
+native_build.FLAGS += ("-mno-avx512f",)  # as gcc builds the library on an AVX2-only CPU
+sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", __file__, "-k", sys.argv[1]]))
+"""
+
+
+def test_the_avx2_build_of_the_panels_equals_f_linear(tmp_path):
+    """On an AVX-512 machine the library has the 512-bit panels; the 256-bit ones that
+    AVX2-only CPUs get are built here without AVX-512 and run through the panel tests."""
+    tests = "panels_equal_f_linear or sum_as_the_float32_panels or float32_panels_take_one_row"
+    result = subprocess.run(
+        [sys.executable, "-c", AVX2_BUILD.replace("__file__", repr(__file__)), tests],
+        env={**os.environ, native_build.CACHE_ENV_VAR: str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert " passed" in result.stdout and "failed" not in result.stdout
+    (built,) = tmp_path.glob("cb_kernels-*.so")  # its own build, not the AVX-512 one
+    width = ctypes.CDLL(str(built)).panel_gemm_width()
+    assert width == 16
 
 
 def _bf16_panels_built() -> bool:
@@ -151,7 +183,7 @@ def test_bfloat16_panels_sum_as_the_float32_panels_on_the_upcast(rows, monkeypat
     """The bfloat16 panels widen each weight exactly as they load it: the same float32 sums,
     in the same order, as the float32 panels on the upcast weight, so the same bits."""
     monkeypatch.setattr(linear.torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
-    mods = _linears([True, False], torch.bfloat16, sizes=(48, 32), in_features=700)
+    mods = _linears([True, False], torch.bfloat16, sizes=(64, 32), in_features=700)
     upcast = [torch.nn.Linear(700, m.out_features, bias=m.bias is not None) for m in mods]
     with torch.no_grad():
         for wide, m in zip(upcast, mods, strict=True):
@@ -166,15 +198,21 @@ def test_bfloat16_panels_sum_as_the_float32_panels_on_the_upcast(rows, monkeypat
         assert torch.equal(narrow(x), wide(x.float()).to(torch.bfloat16))
 
 
-def test_panels_keep_out_of_avx512_and_of_other_dtypes_and_devices(monkeypatch):
+def test_panels_serve_float32_with_avx2_or_avx512_and_bfloat16_with_avx2_only(monkeypatch):
+    """With AVX-512 a bfloat16 weight goes to the bfloat16 panels (AVX512_BF16) or oneDNN's
+    bfloat16 kernels, not to float32 sums."""
+    width = linear.panel_width()
+    weight = torch.empty(width, 8)
     monkeypatch.setattr(linear.torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
-    weight = torch.empty(32, 8)
     assert linear.backend(weight) == "panels"
     assert linear.backend(weight.to(torch.bfloat16)) == "panels"
     assert linear.backend(weight.to(torch.float64)) != "panels"
-    assert linear.backend(torch.empty(40, 8)) != "panels"  # not whole panels of 16
-    assert linear.backend(torch.empty(32, 8, device="meta")) == "torch"
+    assert linear.backend(torch.empty(width + 8, 8)) != "panels"  # not whole panels
+    assert linear.backend(torch.empty(width, 8, device="meta")) == "torch"
     monkeypatch.setattr(linear.torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    assert linear.backend(weight) == "panels"
+    assert linear.backend(weight.to(torch.bfloat16)) in ("bf16_panels", "onednn")
+    monkeypatch.setattr(linear.torch.backends.cpu, "get_cpu_capability", lambda: "DEFAULT")
     assert linear.backend(weight) == ("onednn" if linear.can_pack(weight) else "torch")
 
 
@@ -212,9 +250,9 @@ def test_bfloat16_where_onednn_has_no_bfloat16_kernels(sizes, cpu_capability, mo
         mods = _linears(bias, torch.bfloat16, sizes)
         fused = FusedLinear(mods, pack=True)
         assert fused.backend == linear.backend(mods[0].weight, torch.float32)
-        assert fused.upcast == (fused.backend == "onednn")
-        if fused.backend == "panels":
-            assert fused.weight.dtype == torch.bfloat16  # half the bytes of the upcast
+        assert fused.upcast == (fused.weight.dtype == torch.float32)
+        if not fused.upcast:  # the AVX2 panels: half the bytes of the upcast
+            assert fused.backend == "panels" and cpu_capability == "AVX2"
         for rows in (3, 1):  # a batch, and one row (the upcast's bf16 GEMV)
             x = torch.randn(rows, 32, dtype=torch.bfloat16)
             with torch.inference_mode():
@@ -289,8 +327,9 @@ def test_fused_linear_takes_one_row_to_the_gemv_and_agrees_with_the_batch_kernel
     dtype, kernel, monkeypatch
 ):
     monkeypatch.setattr(linear.torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
-    if kernel == "onednn":
+    if kernel == "onednn":  # where the panels are not built
         monkeypatch.setattr(linear, "panel_gemm_bf16", lambda: None)
+        monkeypatch.setattr(linear, "panel_gemm", lambda: None)
     elif not _bf16_panels_built():  # a CPU without AVX512_BF16: oneDNN serves
         kernel = "onednn"
     mods = _linears([True, False, True], dtype, sizes=(64, 32, 32), in_features=64)
@@ -316,6 +355,19 @@ def test_fused_linear_takes_one_row_to_the_gemv_and_agrees_with_the_batch_kernel
     if dtype == torch.float32:  # the residual is fused in float32 only
         assert len(calls) == 6
         torch.testing.assert_close(summed, summed_batch, **tolerance)
+
+
+def test_the_float32_panels_take_one_row_themselves(monkeypatch):
+    """One row on the float32 panels streams the packed weight as fast as the GEMV streams
+    the model's own (bench/RESULTS.md): no GEMV there, and a row equals the batch's."""
+    mods = _loader_layout(_linears([True, False], sizes=(64, 32), in_features=700))
+    fused = FusedLinear(mods)
+    assert fused.backend == "panels" and fused.one_row is None
+    monkeypatch.setattr(linear, "gemv_split_k", lambda: pytest.fail("the GEMV ran"))
+    x, residual = torch.randn(3, 700), torch.randn(3, 96)
+    with torch.inference_mode():
+        rows = torch.cat([fused.add(x[i : i + 1], residual[i : i + 1]) for i in range(3)])
+        torch.testing.assert_close(rows, fused.add(x, residual), rtol=0, atol=0)
 
 
 def test_no_one_row_gemv_where_it_cannot_serve(monkeypatch):
