@@ -37,6 +37,7 @@ from engine import native_build
 
 PACKED_DTYPES = (torch.float32, torch.bfloat16)
 PACK_BATCH_HINT = 16  # rows oneDNN picks its blocked layout for; one layout serves every M
+PANEL_DTYPES = {"AVX2": PACKED_DTYPES, "AVX512": (torch.float32,)}  # csrc/gemm.c's, by level
 BF16_PANEL_WIDTH = 32  # output columns of one panel of csrc/gemm_bf16.c
 GEMV_MAX_PARTS = 4  # csrc/gemv.c's MAX_PARTS
 GEMV_WIDTH = 16  # each part's outputs a multiple of this (csrc/gemv.c's widest vector)
@@ -126,10 +127,9 @@ def backend(weight: torch.Tensor, dtype: torch.dtype | None = None) -> str:
         and not has_amx()
     ):
         return "bf16_panels"
-    panel_dtypes = {"AVX2": PACKED_DTYPES, "AVX512": (torch.float32,)}
     if (
         weight.device.type == "cpu"
-        and dtype in panel_dtypes.get(torch.backends.cpu.get_cpu_capability(), ())
+        and dtype in PANEL_DTYPES.get(torch.backends.cpu.get_cpu_capability(), ())
         and panel_gemm() is not None
         and weight.shape[0] % panel_width() == 0
     ):

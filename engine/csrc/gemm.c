@@ -16,6 +16,7 @@
  * splitting it as on AVX2 made them 1.2-1.4x slower there) 1.5-2x at 1-8 rows, 1.1x at 16-128,
  * level at 512-2048. */
 #include <stdint.h>
+#include <string.h>
 
 #include "common.h"
 
@@ -35,14 +36,6 @@ typedef __m512 vec;
 #define vadd _mm512_add_ps
 #define vzero _mm512_setzero_ps
 #define vset1 _mm512_set1_ps
-/* The NR bfloat16 weights of a panel at one k as two vectors: column j in the low half of
- * 32-bit lane j, column VL + j in its high half, so a shift and a mask widen them exactly (a
- * bfloat16 is the high half of a float32), no shuffles. */
-static inline __attribute__((always_inline)) void widen(const uint16_t *w, vec *lo, vec *hi) {
-  const __m512i v = _mm512_loadu_si512(w);
-  *lo = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-  *hi = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u)));
-}
 #define HAS_PANELS 1
 #elif defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -56,11 +49,6 @@ typedef __m256 vec;
 #define vadd _mm256_add_ps
 #define vzero _mm256_setzero_ps
 #define vset1 _mm256_set1_ps
-static inline __attribute__((always_inline)) void widen(const uint16_t *w, vec *lo, vec *hi) {
-  const __m256i v = _mm256_loadu_si256((const __m256i *)w);
-  *lo = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-  *hi = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xffff0000u)));
-}
 #define HAS_PANELS 1
 #endif
 
@@ -68,6 +56,18 @@ static inline __attribute__((always_inline)) void widen(const uint16_t *w, vec *
 #define NR (2 * VL)             /* output columns in a panel */
 
 int panel_gemm_width(void) { return NR; }
+
+typedef uint32_t lanes __attribute__((vector_size(sizeof(vec)))); /* vec's 32-bit lanes */
+
+/* The NR bfloat16 weights of a panel at one k as two vectors: column j in the low half of
+ * 32-bit lane j, column VL + j in its high half, so a shift and a mask widen them exactly (a
+ * bfloat16 is the high half of a float32), no shuffles. */
+static inline __attribute__((always_inline)) void widen(const uint16_t *w, vec *lo, vec *hi) {
+  lanes v;
+  memcpy(&v, w, sizeof v);
+  *lo = (vec)(v << 16);
+  *hi = (vec)(v & 0xffff0000u);
+}
 
 static inline __attribute__((always_inline)) void load_w(const void *w, int64_t k, int bf16,
                                                          vec *lo, vec *hi) {

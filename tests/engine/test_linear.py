@@ -87,7 +87,7 @@ AVX2_BUILD = """
 import sys, pytest
 from engine import native_build
 native_build.FLAGS += ("-mno-avx512f",)  # as gcc builds the library on an AVX2-only CPU
-sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", __file__, "-k", sys.argv[1]]))
+sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", sys.argv[1], "-k", sys.argv[2]]))
 """
 
 
@@ -96,7 +96,7 @@ def test_the_avx2_build_of_the_panels_equals_f_linear(tmp_path):
     AVX2-only CPUs get are built here without AVX-512 and run through the panel tests."""
     tests = "panels_equal_f_linear or sum_as_the_float32_panels or float32_panels_take_one_row"
     result = subprocess.run(
-        [sys.executable, "-c", AVX2_BUILD.replace("__file__", repr(__file__)), tests],
+        [sys.executable, "-c", AVX2_BUILD, __file__, tests],
         env={**os.environ, native_build.CACHE_ENV_VAR: str(tmp_path)},
         capture_output=True,
         text=True,
