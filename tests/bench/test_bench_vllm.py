@@ -132,6 +132,23 @@ def args(monkeypatch, tmp_path):
 WORKLOAD = [([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 5), ([11, 12, 13, 14], 3)]
 
 
+@pytest.mark.parametrize("name", sorted(bench_vllm.WORKLOADS))
+def test_every_workload_fits_vllms_model_length(name):
+    shape = bench_vllm.WORKLOADS[name]
+    assert shape["prompt_len"][1] + shape["max_tokens"][1] <= bench_vllm.MAX_MODEL_LEN
+
+
+def test_the_workload_flag_offers_every_workload_but_the_smoke_run(monkeypatch, capsys):
+    argv = ["bench_vllm.py", "--systems", "engine", "--workload"]
+    for name in ("bench", "unseen", "long", "many"):
+        monkeypatch.setattr(sys, "argv", [*argv, name])
+        assert bench_vllm.parse_args().workload == name
+    monkeypatch.setattr(sys, "argv", [*argv, "quick"])
+    with pytest.raises(SystemExit):
+        bench_vllm.parse_args()
+    assert "--workload" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_engine_in_process_parts_share_one_process(args):
     out = bench_vllm.run_system("engine", "float32", ["offline", "batch1"], WORKLOAD,
@@ -149,6 +166,7 @@ def test_engine_http_part_streams_every_request(args):
     (r,) = bench_vllm.run_system("engine", "float32", ["http"], WORKLOAD, [], args).values()
     assert r["token_counts"] == [5, 3] and r["count_mismatches"] == []
     assert len(r["ttfts"]) == 2 and 0 < r["ttft_p50_s"] <= r["wall_s"]
+    assert min(r["ttfts"]) <= r["ttft_mean_s"] <= max(r["ttfts"])
     assert r["served_model"] and r["ready_s"] > 0
 
 
