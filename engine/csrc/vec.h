@@ -64,17 +64,16 @@ static inline vf select_lanes(vi mask, vf a, vf b) { /* a where mask is set, els
   return (vf)(((vi)a & mask) | ((vi)b & ~mask));
 }
 
-/* exp_approx (common.h) on VW lanes at once, written with vector operations: GCC does not
- * vectorize the scalar function's clamps and bit casts over lanes on AVX2. */
+/* exp_approx (common.h) on VW lanes at once, for x <= 0 only (a softmax's score less its
+ * running max), where it equals exp_approx bit for bit: the clamp above and the 2^128 case
+ * never arise. Written with vector operations: GCC does not vectorize the scalar function's
+ * clamps and bit casts over lanes on AVX2. */
 static inline vf exp_lanes(vf x) {
-  const vf lo = (vf){0} - 87.3f, hi = (vf){0} + 89.f;
+  const vf lo = (vf){0} - 87.3f;
   x = select_lanes(x < lo, lo, x);
-  x = select_lanes(x > hi, hi, x);
   const vf n = EXP_N(x);
   const vf p = EXP_POLY(x, n);
-  const vi up = n > 0.f; /* -1 where 2^n is taken as 2^(n - 1) * 2: 2^128 is no float */
-  const vi bits = (__builtin_convertvector(n, vi) + up + 127) << 23;
-  return p * (vf)bits * select_lanes(up, (vf){0} + 2.f, (vf){0} + 1.f);
+  return p * (vf)((__builtin_convertvector(n, vi) + 127) << 23);
 }
 
 static inline vf max_vec(vf a, vf b) { return select_lanes(a > b, a, b); }

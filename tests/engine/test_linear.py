@@ -1,18 +1,14 @@
 """FusedLinear: one matmul for several projections, on the engine's panel GEMM (csrc/gemm.c),
 oneDNN's packed linear or F.linear; one row on the split-k GEMV (csrc/gemv.c)."""
 
-import ctypes
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 import torch.nn.functional as F
 
-from engine import linear, native_build
+from engine import linear
 from engine.linear import FusedLinear
 from engine.loader import transpose_linear_weights
+from tests.engine import avx2_build
 
 
 def _linears(bias: list[bool], dtype=torch.float32, sizes=(24, 8, 8), in_features=32):
@@ -83,30 +79,10 @@ def test_panels_equal_f_linear_over_tiles_tails_and_k_ranges(rows, in_features, 
     torch.testing.assert_close(summed, want + residual, rtol=1e-5, atol=2e-5)
 
 
-AVX2_BUILD = """
-import sys, pytest
-from engine import native_build
-native_build.FLAGS += ("-mno-avx512f",)  # as gcc builds the library on an AVX2-only CPU
-sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", sys.argv[1], "-k", sys.argv[2]]))
-"""
-
-
 def test_the_avx2_build_of_the_panels_equals_f_linear(tmp_path):
-    """On an AVX-512 machine the library has the 512-bit panels; the 256-bit ones that
-    AVX2-only CPUs get are built here without AVX-512 and run through the panel tests."""
+    """The 256-bit panels that AVX2-only CPUs get, built here and run through the panel tests."""
     tests = "panels_equal_f_linear or sum_as_the_float32_panels or float32_panels_take_one_row"
-    result = subprocess.run(
-        [sys.executable, "-c", AVX2_BUILD, __file__, tests],
-        env={**os.environ, native_build.CACHE_ENV_VAR: str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert " passed" in result.stdout and "failed" not in result.stdout
-    (built,) = tmp_path.glob("cb_kernels-*.so")  # its own build, not the AVX-512 one
-    width = ctypes.CDLL(str(built)).panel_gemm_width()
-    assert width == 16
+    assert avx2_build.run_tests(tmp_path, __file__, tests).panel_gemm_width() == 16
 
 
 def _bf16_panels_built() -> bool:
