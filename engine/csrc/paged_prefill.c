@@ -76,8 +76,8 @@ static inline void store_at(float *p, vf x) { memcpy(p, &x, sizeof x); }
 
 /* Scores of keys j0 .. j0 + KEYS - 1 for rows r0 .. r0 + ROW_BLOCK - 1. */
 static inline __attribute__((always_inline)) void scores(scratch_t *s, const void *const *rows,
-                                                        const float *const *keys, int pairs,
-                                                        int j0, int r0, int R, const int D) {
+                                                        int pairs, int j0, int r0, int R,
+                                                        const int D) {
   vf a[KEYS][ROW_VECS];
   for (int k = 0; k < KEYS; k++)
     for (int v = 0; v < ROW_VECS; v++) a[k][v] = (vf){0};
@@ -95,12 +95,12 @@ static inline __attribute__((always_inline)) void scores(scratch_t *s, const voi
   } else
 #endif
   {
-    (void)rows, (void)pairs;
+    (void)pairs;
     for (int d = 0; d < D; d++) {
       vf q[ROW_VECS];
       for (int v = 0; v < ROW_VECS; v++) q[v] = load_at(s->qt + (size_t)d * R + r0 + v * VW);
       for (int k = 0; k < KEYS; k++) {
-        const float key = keys[j0 + k][d];
+        const float key = ((const float *)rows[j0 + k])[d];
         for (int v = 0; v < ROW_VECS; v++) a[k][v] += key * q[v];
       }
     }
@@ -163,7 +163,7 @@ static inline __attribute__((always_inline)) void softmax_step(scratch_t *s, int
  * (KEY_TILE, R), v: (KEY_TILE, D)). With C = D / VW and RB constants (RB * C <= VALUE_REGS),
  * the accumulators stay in registers; else (any other head_dim) one vector at a time. */
 static inline __attribute__((always_inline)) void add_values(scratch_t *s,
-                                                            const float *const *values, int pairs,
+                                                            const void *const *rows, int pairs,
                                                             int r0, int R, int keys, const int C,
                                                             const int RB) {
   const int fits = RB * C <= VALUE_REGS;
@@ -189,7 +189,7 @@ static inline __attribute__((always_inline)) void add_values(scratch_t *s,
       (void)pairs;
       for (int k = 0; k < keys; k++) {
         vf v[VALUE_REGS];
-        for (int c = 0; c < cb; c++) v[c] = load_at(values[k] + (c0 + c) * VW);
+        for (int c = 0; c < cb; c++) v[c] = load_at((const float *)rows[k] + (c0 + c) * VW);
         for (int i = 0; i < rb; i++) {
           const float w = s->s[(size_t)k * R + r0 + i];
           for (int c = 0; c < cb; c++) acc[i * cb + c] += w * v[c];
@@ -236,11 +236,9 @@ static inline __attribute__((always_inline)) void attend(const job_t *j, scratch
   const int64_t num_keys = past + t0 + nt; /* the last token's keys */
   for (int64_t k0 = 0; k0 < num_keys; k0 += KEY_TILE) {
     const int keys = num_keys - k0 < KEY_TILE ? (int)(num_keys - k0) : KEY_TILE;
-    /* each key's row of K and of V, in place; keys past the last read s->zeros. kf, vf32: the
-     * rows as float32 for the float32 sums: the pool's own in float32, widened copies from a
-     * bfloat16 pool without vdpbf16ps (with it, the pairs read krow and s->v) */
+    /* each key's row of K and of V, read in place (keys past the last read s->zeros); a
+     * bfloat16 pool without vdpbf16ps is widened into s->k and s->v, which the rows then are */
     const void *krow[KEY_TILE], *vrow[KEY_TILE];
-    const float *kf[KEY_TILE], *vf32[KEY_TILE];
     int64_t blk = k0 / BS, off = k0 % BS; /* the block and row of key k0 + i, counted along */
     for (int i = 0; i < KEY_TILE; i++) {
       krow[i] = vrow[i] = s->zeros;
@@ -250,13 +248,12 @@ static inline __attribute__((always_inline)) void attend(const job_t *j, scratch
         vrow[i] = (const char *)j->v_cache + at * (bf16 ? 2 : 4);
         if (++off == BS) off = 0, blk++;
       }
-      kf[i] = krow[i], vf32[i] = vrow[i];
       if (bf16 && !pairs) {
         for (int c = 0; c < C; c++) {
           store_at(s->k + (size_t)i * D + c * VW, load_vec(krow[i], 1, c * VW));
           store_at(s->v + (size_t)i * D + c * VW, load_vec(vrow[i], 1, c * VW));
         }
-        kf[i] = s->k + (size_t)i * D, vf32[i] = s->v + (size_t)i * D;
+        krow[i] = s->k + (size_t)i * D, vrow[i] = s->v + (size_t)i * D;
       }
     }
     if (pairs) { /* v: key 2p and 2p + 1 of each element side by side */
@@ -270,7 +267,7 @@ static inline __attribute__((always_inline)) void attend(const job_t *j, scratch
         }
     }
     for (int r0 = 0; r0 < R; r0 += ROW_BLOCK)
-      for (int j0 = 0; j0 < KEY_TILE; j0 += KEYS) scores(s, krow, kf, pairs, j0, r0, R, D);
+      for (int j0 = 0; j0 < KEY_TILE; j0 += KEYS) scores(s, krow, pairs, j0, r0, R, D);
     /* a tile with a key after some row's last (near the diagonal), or short of keys */
     const int masked = k0 + KEY_TILE - 1 > past + t0 || keys < KEY_TILE;
     for (int r0 = 0; r0 < R; r0 += VW) softmax_step(s, r0, R, k0, keys, masked, pairs ? j->scale : 1.f, D);
@@ -284,8 +281,8 @@ static inline __attribute__((always_inline)) void attend(const job_t *j, scratch
         }
     }
     int r0 = 0;
-    for (; r0 + RB <= R; r0 += RB) add_values(s, vf32, pairs, r0, R, keys, C, RB);
-    for (; r0 < R; r0++) add_values(s, vf32, pairs, r0, R, keys, C, 1);
+    for (; r0 + RB <= R; r0 += RB) add_values(s, vrow, pairs, r0, R, keys, C, RB);
+    for (; r0 < R; r0++) add_values(s, vrow, pairs, r0, R, keys, C, 1);
   }
   const size_t out_row = (size_t)j->num_heads * D;
   for (int r = 0; r < nt * G; r++) {
