@@ -14,11 +14,16 @@ Python per output, on the loop that writes every stream.)
 `StreamInterval` holds a request's outputs back on the driver thread until it has enough new
 tokens (vLLM's `--stream-interval`), or until it finishes (a non-streamed response needs only
 its last output): the event loop does not even wake for the others.
+
+`wait_sent` lets the driver thread wait, after a step, until the loops have sent what it
+posted: a loop that wakes mid-forward to send a step's chunks takes a core from one of the
+forward's two OpenMP threads while the other waits for it, and that cost more than the few
+milliseconds the next step now waits for the sending.
 """
 
 import asyncio
-import contextlib
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -30,6 +35,7 @@ from playground.requests import RequestHandle
 _outboxes: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Outbox]" = (
     weakref.WeakKeyDictionary()
 )
+_outboxes_lock = threading.Lock()  # made on the loops' threads, read by wait_sent's
 
 
 class Mailbox:
@@ -77,13 +83,18 @@ class Outbox:
         self._loop = loop
         self._lock = threading.Lock()
         self._items: list[tuple[Mailbox, object]] = []
+        # clear from a batch's wake-up until the loop has run the readers it woke
+        self.sent = threading.Event()
+        self.sent.set()
+        self.stalled = False  # a wait_sent gave up on this loop; no more waits till it sends
 
     @classmethod
     def of(cls, loop: asyncio.AbstractEventLoop) -> "Outbox":
         """The loop's outbox (on the loop's thread)."""
-        outbox = _outboxes.get(loop)
-        if outbox is None:
-            outbox = _outboxes[loop] = cls(loop)
+        with _outboxes_lock:
+            outbox = _outboxes.get(loop)
+            if outbox is None:
+                outbox = _outboxes[loop] = cls(loop)
         return outbox
 
     def post(self, inbox: Mailbox, item) -> None:
@@ -92,14 +103,33 @@ class Outbox:
             self._items.append((inbox, item))
             if len(self._items) > 1:  # a wake-up is on its way
                 return
-        with contextlib.suppress(RuntimeError):  # the event loop closed
+            self.sent.clear()
+        try:
             self._loop.call_soon_threadsafe(self._deliver)
+        except RuntimeError:  # the event loop closed: nothing will be sent
+            self.sent.set()
 
     def _deliver(self) -> None:
         with self._lock:
             items, self._items = self._items, []
         for inbox, item in items:
-            inbox.put_nowait(item)
+            inbox.put_nowait(item)  # schedules each woken reader, in order
+        self.stalled = False
+        self._loop.call_soon(self.sent.set)  # after those readers have run
+
+
+def wait_sent(timeout: float) -> None:
+    """On the thread that posts (the driver, after a step): until every loop it woke has
+    delivered the items and run the readers they woke (a stream writes its chunks then), at
+    most `timeout` s in all. A loop that does not answer in time is not waited for again
+    until it has delivered."""
+    deadline = time.monotonic() + timeout
+    with _outboxes_lock:
+        waking = [o for o in _outboxes.values() if not o.sent.is_set() and not o.stalled]
+    for outbox in waking:
+        if not outbox.sent.wait(max(0.0, deadline - time.monotonic())):
+            outbox.stalled = True
+            return
 
 
 class StreamInterval:

@@ -21,6 +21,7 @@ from playground.driver.streams import Streams
 from playground.driver.watchdog import Watchdog
 from playground.history import StepHistory
 from playground.limits import in_flight_error
+from playground.outbox import wait_sent
 from playground.replay import ReplayLog
 from playground.requests import Ledger, RequestRecord, RequestRejected, final_output, preview
 from playground.trace import TraceRecorder
@@ -29,6 +30,8 @@ log = logging.getLogger(__name__)
 
 IDLE_WAIT = 0.05  # s between looks at the inbox when there is nothing to step
 ERROR_BACKOFF = 0.1  # s after a failed step, so a broken engine does not spin
+# s the next step waits at most for the event loops to send this step's outputs (outbox.py)
+SEND_WAIT = 0.02
 
 
 class DriverLoop:
@@ -135,6 +138,7 @@ class DriverLoop:
             self.publish(force=single or self.clock.paused or self.streams.has_finished,
                          first=snap)  # fmt: skip
             self.streams.send_finished()
+            wait_sent(SEND_WAIT)  # the streams' chunks go out now, not in the next forward
             self.steps.one_done()
             self._wait_for_pace(t0, ERROR_BACKOFF if failed else 0.0)
         self.publish(force=True)

@@ -1,7 +1,11 @@
-"""For tests that drive a real EngineDriver: fixed-length requests, a settled board.
+"""For tests that drive a real EngineDriver: fixed-length requests, a settled board, an
+event loop on a thread of its own (as uvicorn's is to the driver).
 
 The make_engine and driver fixtures are in tests/conftest.py."""
 
+import asyncio
+import contextlib
+import threading
 import time
 
 from engine import SamplingParams
@@ -20,3 +24,17 @@ def settled(driver, predicate, timeout: float = 30.0):
     while not predicate(state := driver.state()) and time.monotonic() < deadline:
         time.sleep(0.02)
     return state
+
+
+@contextlib.contextmanager
+def loop_on_thread():
+    """A running event loop on a thread of its own; stopped and closed afterwards."""
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever)
+    runner.start()
+    try:
+        yield loop
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join()
+        loop.close()

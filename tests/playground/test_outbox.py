@@ -1,6 +1,7 @@
 """The driver thread's outputs on the event loop: one wake-up per batch, piled-up outputs
 merged, refusals raised, heartbeats while nothing comes; a stream interval holds outputs back
-on the driver thread until they have enough new tokens."""
+on the driver thread until they have enough new tokens; the driver can wait until the loop
+has sent a step's outputs, and gives up on a loop that does not run."""
 
 import asyncio
 import threading
@@ -10,8 +11,9 @@ import pytest
 
 from engine import CompletionOutput, RequestMetrics, RequestOutput, StopReason
 from engine.openmp import off_thread
-from playground.outbox import Mailbox, Outbox, StreamInterval, merge, outputs
+from playground.outbox import Mailbox, Outbox, StreamInterval, merge, outputs, wait_sent
 from playground.requests import RequestHandle, RequestRejected
+from tests.playground.driving import loop_on_thread
 
 
 def run(main):
@@ -49,6 +51,57 @@ def test_a_batch_posted_from_another_thread_wakes_the_loop_once():
         assert inboxes[0].get_nowait() == "next" and len(wakeups) == 2
 
     run(main)
+
+
+def test_wait_sent_returns_once_the_readers_a_batch_woke_have_run():
+    with loop_on_thread() as loop:
+        seen = []
+
+        async def reader(box: Mailbox):
+            for _ in range(3):
+                await box.wait(5)
+                time.sleep(0.01)  # a reader's work holds the loop (a stream writing its chunk)
+                seen.append(box.get_nowait())
+
+        boxes = [Mailbox(loop) for _ in range(8)]
+        readers = [asyncio.run_coroutine_threadsafe(reader(b), loop) for b in boxes]
+        outbox = asyncio.run_coroutine_threadsafe(_outbox_of_running_loop(), loop).result(5)
+        for step in range(3):  # as the driver thread does after each step
+            for i, box in enumerate(boxes):
+                outbox.post(box, (step, i))
+            start = time.monotonic()
+            wait_sent(5)
+            assert sorted(seen) == [(s, i) for s in range(step + 1) for i in range(8)]
+            assert 0.07 < time.monotonic() - start < 2  # waited for the eight readers' work
+        wait_sent(5)  # nothing posted since: no wait
+        assert outbox.sent.is_set() and not outbox.stalled
+        for r in readers:
+            r.result(5)
+
+
+async def _outbox_of_running_loop() -> Outbox:
+    return Outbox.of(asyncio.get_running_loop())
+
+
+def test_wait_sent_gives_up_on_a_loop_that_does_not_run_and_then_waits_no_more():
+    loop = asyncio.new_event_loop()  # never runs until the end
+    outbox, box = Outbox.of(loop), Mailbox(loop)
+    outbox.post(box, "a")
+    start = time.monotonic()
+    wait_sent(0.1)
+    assert time.monotonic() - start >= 0.1 and outbox.stalled
+    outbox.post(box, "b")
+    start = time.monotonic()
+    wait_sent(0.1)  # stalled: the next steps do not wait for it
+    assert time.monotonic() - start < 0.05
+    loop.run_until_complete(asyncio.sleep(0.01))  # it runs: delivers, and counts again
+    assert [box.get_nowait() for _ in range(len(box))] == ["a", "b"]
+    assert outbox.sent.is_set() and not outbox.stalled
+    loop.close()
+    outbox.post(box, "c")  # a closed loop: nothing to wait for
+    start = time.monotonic()
+    wait_sent(0.1)
+    assert time.monotonic() - start < 0.05 and outbox.sent.is_set()
 
 
 def test_a_mailbox_wakes_its_reader_at_once_or_at_the_timeout():

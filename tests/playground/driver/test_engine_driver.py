@@ -1,5 +1,6 @@
 """EngineDriver on a tiny random model: streaming, concurrency, aborts, resets, inspection."""
 
+import asyncio
 import threading
 import time
 
@@ -7,8 +8,9 @@ import pytest
 
 from engine import EngineConfig, StopReason
 from playground.driver import EngineDriver, RequestRejected
+from playground.outbox import outputs
 from playground.users import UserProfile, Workload
-from tests.playground.driving import fixed, settled
+from tests.playground.driving import fixed, loop_on_thread, settled
 from tests.tiny_models import TINY_ENGINE
 
 
@@ -35,6 +37,29 @@ def test_a_finished_output_is_never_ahead_of_the_board(driver):
         assert state.snapshot.totals.num_generated_tokens >= before + 1 + i % 4
         record = next(r for r in state.records if r.request_id == final.request_id)
         assert record.finished and record.text == final.text
+
+
+def test_a_step_ends_once_the_event_loop_has_sent_its_outputs(driver):
+    """A stream's chunk of a step is written before the next step's forward starts: the
+    loop's reader has run when step_once returns, even though its work holds the loop."""
+    with loop_on_thread() as loop:
+        driver.pause()
+        handle = driver.submit("stream me", fixed(6), wait=True)
+        listening, seen = threading.Event(), []
+
+        async def read():
+            stream = outputs(handle, heartbeat_s=5)
+            loop.call_soon(listening.set)  # runs once the stream below waits, listening
+            async for out in stream:
+                time.sleep(0.005)  # the stream's work on the loop (under SEND_WAIT)
+                seen.append(len(out.outputs[0].token_ids))
+
+        reading = asyncio.run_coroutine_threadsafe(read(), loop)
+        assert listening.wait(5)
+        for n in range(1, 7):
+            assert driver.step_once()
+            assert seen[-1:] == [n]
+        reading.result(5)
 
 
 def test_concurrent_submits_from_8_threads_lose_nothing(driver):
