@@ -80,12 +80,13 @@ class Outbox:
     """Items posted by any thread, delivered to their Mailboxes on `loop`."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
-        self._loop = loop
+        self._loop = weakref.ref(loop)  # weakly: the registry's key, so a loop gone goes
         self._lock = threading.Lock()
         self._items: list[tuple[Mailbox, object]] = []
         # clear from a batch's wake-up until the loop has run the readers it woke
         self.sent = threading.Event()
         self.sent.set()
+        self._wakeups = 0  # batches posted, so a batch's `sent` ignores one posted after it
         self.stalled = False  # a wait_sent gave up on this loop; no more waits till it sends
 
     @classmethod
@@ -103,29 +104,47 @@ class Outbox:
             self._items.append((inbox, item))
             if len(self._items) > 1:  # a wake-up is on its way
                 return
+            self._wakeups += 1
             self.sent.clear()
+        loop = self._loop()
         try:
-            self._loop.call_soon_threadsafe(self._deliver)
+            if loop is None:
+                raise RuntimeError("the event loop is gone")
+            loop.call_soon_threadsafe(self._deliver)
         except RuntimeError:  # the event loop closed: nothing will be sent
             self.sent.set()
+
+    @property
+    def sending(self) -> bool:
+        """Whether a wake-up is on its way to a loop that runs and has not stalled."""
+        loop = self._loop()
+        return (
+            not self.sent.is_set() and not self.stalled and loop is not None and (loop.is_running())
+        )
 
     def _deliver(self) -> None:
         with self._lock:
             items, self._items = self._items, []
+            batch = self._wakeups
         for inbox, item in items:
             inbox.put_nowait(item)  # schedules each woken reader, in order
         self.stalled = False
-        self._loop.call_soon(self.sent.set)  # after those readers have run
+        asyncio.get_running_loop().call_soon(self._sent, batch)  # after those readers have run
+
+    def _sent(self, batch: int) -> None:
+        with self._lock:
+            if batch == self._wakeups:  # not while a batch posted since is on its way
+                self.sent.set()
 
 
 def wait_sent(timeout: float) -> None:
     """On the thread that posts (the driver, after a step): until every loop it woke has
     delivered the items and run the readers they woke (a stream writes its chunks then), at
-    most `timeout` s in all. A loop that does not answer in time is not waited for again
-    until it has delivered."""
+    most `timeout` s in all. A loop that does not run is not waited for; one that does not
+    answer in time is not waited for again until it has delivered."""
     deadline = time.monotonic() + timeout
     with _outboxes_lock:
-        waking = [o for o in _outboxes.values() if not o.sent.is_set() and not o.stalled]
+        waking = [o for o in _outboxes.values() if o.sending]
     for outbox in waking:
         if not outbox.sent.wait(max(0.0, deadline - time.monotonic())):
             outbox.stalled = True
