@@ -22,6 +22,7 @@ milliseconds the next step now waits for the sending.
 """
 
 import asyncio
+import contextlib
 import threading
 import time
 import weakref
@@ -107,20 +108,18 @@ class Outbox:
             self._wakeups += 1
             self.sent.clear()
         loop = self._loop()
-        try:
-            if loop is None:
-                raise RuntimeError("the event loop is gone")
-            loop.call_soon_threadsafe(self._deliver)
-        except RuntimeError:  # the event loop closed: nothing will be sent
-            self.sent.set()
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the event loop closed
+                loop.call_soon_threadsafe(self._deliver)
+                return
+        self.sent.set()  # no loop to send it: nothing to wait for
 
     @property
     def sending(self) -> bool:
         """Whether a wake-up is on its way to a loop that runs and has not stalled."""
         loop = self._loop()
-        return (
-            not self.sent.is_set() and not self.stalled and loop is not None and (loop.is_running())
-        )
+        running = loop is not None and loop.is_running()
+        return running and not self.stalled and not self.sent.is_set()
 
     def _deliver(self) -> None:
         with self._lock:
