@@ -1,28 +1,97 @@
 """Incremental detokenization: text deltas for streaming, and stop strings.
 
-Every update decodes the whole output again, so the text is always exactly
-`tokenizer.decode(output_token_ids, skip_special_tokens=True)` (byte-level BPE pieces of an
-emoji or a CJK character join up by themselves). Two things are held back from the stream
-until they settle: trailing U+FFFD (a character whose bytes have not all arrived) and a tail
-that could still grow into a stop string, so a stop string never leaks into a sent delta.
+The text is always exactly `tokenizer.decode(output_token_ids, skip_special_tokens=True)`
+(byte-level BPE pieces of an emoji or a CJK character join up by themselves). With a fast
+tokenizer whose decode is the Rust one's alone, each new token goes through tokenizers'
+DecodeStream, which decodes a few tokens around it (as vLLM's detokenizer does), not the whole
+output again: at 64 sequences of ~128 tokens that was 1.7 ms of a 70 ms bf16 step. While a
+character's bytes are still arriving, and with any other tokenizer, the whole output is
+decoded. Two things are held back from the stream until they settle: trailing U+FFFD (a
+character whose bytes have not all arrived) and a tail that could still grow into a stop
+string, so a stop string never leaks into a sent delta.
 """
+
+import logging
+
+from tokenizers.decoders import DecodeStream
+from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+from transformers.tokenization_utils_tokenizers import TokenizersBackend
+
+log = logging.getLogger(__name__)
 
 REPLACEMENT_CHAR = "\ufffd"
 
 
+def stream_backend(tokenizer):
+    """The Rust tokenizer behind `tokenizer` if its decode is that tokenizer's alone (no
+    override, no clean-up of spaces), so that streaming it gives the same text; else None."""
+    if not isinstance(tokenizer, TokenizersBackend) or tokenizer.clean_up_tokenization_spaces:
+        return None
+    cls = type(tokenizer)
+    if cls._decode is not TokenizersBackend._decode:
+        return None
+    if cls.decode is not PreTrainedTokenizerBase.decode:
+        return None
+    return tokenizer.backend_tokenizer
+
+
+class WholeDecode:
+    """`tokenizer.decode(ids, skip_special_tokens=True)`, the whole list every time."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def __call__(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+class StreamedDecode(WholeDecode):
+    """`tokenizer.decode(ids, skip_special_tokens=True)` of a list that only grows, fed to a
+    DecodeStream token by token. The whole list is decoded while the stream holds tokens back
+    (an incomplete character) and for good once the stream fails (tokenizers refuses a decode
+    that changed text it already gave)."""
+
+    def __init__(self, tokenizer, backend):
+        super().__init__(tokenizer)
+        self.backend = backend
+        self.stream: DecodeStream | None = DecodeStream(skip_special_tokens=True)
+        self.num_fed = 0
+        self.text = ""  # the stream's pieces, joined
+        self.num_settled = 0  # tokens behind self.text
+
+    def __call__(self, ids: list[int]) -> str:
+        if self.stream is not None:
+            try:
+                for i in range(self.num_fed, len(ids)):
+                    piece = self.stream.step(self.backend, ids[i])
+                    if piece is not None:
+                        self.text += piece
+                        self.num_settled = i + 1
+                self.num_fed = len(ids)
+            except Exception as exc:  # the whole decode below is always right
+                log.debug("DecodeStream failed (%s); decoding whole outputs", exc)
+                self.stream = None
+        if self.stream is not None and self.num_settled == len(ids):
+            return self.text
+        return super().__call__(ids)
+
+
 class IncrementalDetokenizer:
     def __init__(self, tokenizer, stop: list[str], include_stop_str_in_output: bool):
-        self.tokenizer = tokenizer
         self.stop = stop
         self.include_stop_str_in_output = include_stop_str_in_output
         self.max_stop_len = max((len(s) for s in stop), default=0)
         self.text = ""  # the output so far, cut at a stop string once one is found
         self.num_sent_chars = 0  # of self.text, handed out as deltas
+        backend = stream_backend(tokenizer)
+        self._decode = (
+            WholeDecode(tokenizer) if backend is None else StreamedDecode(tokenizer, backend)
+        )
 
     def update(self, output_token_ids: list[int]) -> str | None:
         """Decode the output after a new token; return the stop string if the text now has one."""
         old_len = len(self.text.rstrip(REPLACEMENT_CHAR))  # U+FFFD may turn into fewer chars
-        self.text = self.tokenizer.decode(output_token_ids, skip_special_tokens=True)
+        self.text = self._decode(output_token_ids)
         if not self.stop:
             return None
         # A stop string may start in text we already searched: look back max_stop_len - 1.

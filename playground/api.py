@@ -28,6 +28,7 @@ from concurrent.futures import Future
 from contextlib import aclosing
 from typing import Annotated
 
+import orjson
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.routing import APIRoute
@@ -424,8 +425,8 @@ async def _stream(d: EngineDriver, handle: RequestHandle, tracker, stream_interv
     yield "data: [DONE]\n\n"
 
 
-def _event(obj: dict) -> str:
-    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+def _event(obj: dict) -> bytes:
+    return b"data: " + orjson.dumps(obj) + b"\n\n"  # a tenth of json.dumps's time a chunk
 
 
 def _keepalive(paused_until: float | None, now: float) -> str:

@@ -4,9 +4,17 @@ Each test feeds a string's token ids one at a time, as the engine does (update a
 token, then take a delta), and checks the stream against `tokenizer.decode`.
 """
 
+import copy
+import random
+
 import pytest
 
-from engine.detokenizer import REPLACEMENT_CHAR, IncrementalDetokenizer
+from engine.detokenizer import (
+    REPLACEMENT_CHAR,
+    IncrementalDetokenizer,
+    StreamedDecode,
+    stream_backend,
+)
 
 
 @pytest.fixture(scope="module")
@@ -212,3 +220,77 @@ def test_stream_finishing_without_stop_string_gives_full_text(tok):
     s = Stream(tok, text, stop=["forty two", "xyz"])
     assert s.found is None
     assert s.joined == text == s.det.text
+
+
+# -- the streamed decode ----------------------------------------------------------------------
+def test_the_bundled_tokenizer_streams(tok):
+    assert stream_backend(tok) is tok.backend_tokenizer
+    det = IncrementalDetokenizer(tok, [], False)
+    assert isinstance(det._decode, StreamedDecode)
+
+
+def test_random_ids_give_decode_at_every_token(tok):
+    """Any ids at all (special tokens, lone bytes of characters, anything the model may
+    sample): after every token the text is the whole output's decode."""
+    rng = random.Random(0)
+    for _ in range(40):
+        det, ids = IncrementalDetokenizer(tok, [], False), []
+        for _ in range(120):  # a third of them from the special and byte tokens at the start
+            ids.append(rng.randrange(300) if rng.random() < 0.3 else rng.randrange(len(tok)))
+            det.update(ids)
+            assert det.text == tok.decode(ids, skip_special_tokens=True), ids
+
+
+class CountingTokenizer:
+    """The bundled tokenizer, its whole-output decodes counted."""
+
+    def __init__(self, tok):
+        self.tok, self.num_decodes = tok, 0
+
+    def decode(self, ids, skip_special_tokens):
+        self.num_decodes += 1
+        return self.tok.decode(ids, skip_special_tokens=skip_special_tokens)
+
+
+def test_a_streamed_output_is_not_decoded_whole_again(tok):
+    ids = tok.encode("Hello, world! How are you today? Fine, thanks. 你好 👍🏽 ok")
+    counting = CountingTokenizer(tok)
+    decode = StreamedDecode(counting, tok.backend_tokenizer)
+    for i in range(1, len(ids) + 1):
+        assert decode(ids[:i]) == tok.decode(ids[:i], skip_special_tokens=True)
+    num_split = sum(REPLACEMENT_CHAR in tok.decode(ids[:i]) for i in range(1, len(ids) + 1))
+    assert 0 < counting.num_decodes == num_split  # only while a character's bytes arrive
+
+
+def test_a_failing_stream_falls_back_to_whole_decodes(tok):
+    ids = tok.encode("The answer is forty two.")
+    decode = StreamedDecode(tok, tok.backend_tokenizer)
+    decode(ids[:2])
+
+    class Broken:
+        def step(self, backend, token_id):
+            raise Exception("Invalid prefix encountered")
+
+    decode.stream = Broken()
+    for i in range(3, len(ids) + 1):
+        assert decode(ids[:i]) == tok.decode(ids[:i], skip_special_tokens=True)
+    assert decode.stream is None
+
+
+def test_tokenizers_that_do_more_than_the_rust_decode_are_decoded_whole(tok):
+    cleaned = copy.deepcopy(tok)
+    cleaned.clean_up_tokenization_spaces = True
+    assert stream_backend(cleaned) is None
+
+    class Overridden(type(tok)):
+        def _decode(self, token_ids, **kwargs):
+            return super()._decode(token_ids, **kwargs).upper()
+
+    overridden = copy.copy(tok)
+    overridden.__class__ = Overridden
+    assert stream_backend(overridden) is None
+    assert stream_backend(object()) is None  # a slow (Python) tokenizer, say
+    det = IncrementalDetokenizer(overridden, [], False)
+    ids = tok.encode("Hello there")
+    det.update(ids)
+    assert det.text == "HELLO THERE"
