@@ -14,7 +14,7 @@ from engine.attention import ATTN_IMPLEMENTATION, register, unsupported_reason
 from engine.beam_search import BeamSearch
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
-from engine.detokenizer import IncrementalDetokenizer
+from engine.detokenizer import IncrementalDetokenizer, WholeDecode
 from engine.hf_cache_runner import HFCacheRunner
 from engine.inspection import (
     build_snapshot,
@@ -160,7 +160,7 @@ class LLMEngine:
         group.seqs.append(seq)
         if params.use_beam_search:
             group.beams = BeamSearch(
-                params, self.eos_token_ids, self.config.max_model_len, self._decode
+                params, self.eos_token_ids, self.config.max_model_len, WholeDecode(self.tokenizer)
             )
             seq.beam_group = seq.seq_id
         self.groups[request_id] = group
@@ -337,9 +337,6 @@ class LLMEngine:
                 for reason in group_stop_reasons(group):
                     events.append(StepEvent("finished", group.request_id, reason))
         return num_generated, list(touched.values())
-
-    def _decode(self, token_ids: list[int]) -> str:
-        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
 
     def _rows(self, rows: list[int], logits: torch.Tensor) -> torch.Tensor:
         return torch.tensor(rows, device=logits.device)
