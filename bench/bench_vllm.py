@@ -8,7 +8,8 @@ request's output token count checked against its max_tokens. Parts:
 
   offline  in process, all requests submitted at once: output tok/s (bench/peer_worker.py)
   http     each system's OpenAI-compatible server, the official `openai` client streaming
-           every request at once: tok/s and TTFT mean/p50/p95 client side (bench/peer_http.py)
+           every request at once: tok/s and TTFT mean/p50/p95 client side, and the CPU the
+           client itself took on the same cores (bench/peer_http.py)
   batch1   one request alone: decode ms per output token after the first
 
 and start-to-ready seconds for each. Before each timed run: one warm-up request, then a wait
@@ -184,7 +185,7 @@ def summary_line(r: dict) -> str:
     if r["part"] == "http":
         head += (
             f", TTFT mean {r['ttft_mean_s']:.2f} s / p50 {r['ttft_p50_s']:.2f} s"
-            f" / p95 {r['ttft_p95_s']:.2f} s"
+            f" / p95 {r['ttft_p95_s']:.2f} s, the client's CPU {r['client_cpu_s']:.2f} s"
         )
     return f"{head}, ready in {r['ready_s']:.1f} s (load {r['load_before']:.2f} before)"
 
@@ -195,12 +196,13 @@ def log_tail(path: Path, num_lines: int = 5) -> str:
 
 
 # -- the table ----------------------------------------------------------------------------------
-ROWS = [  # (label, part, result key, unit, higher is better), in table order
+ROWS = [  # (label, part, result key, unit, higher is better or None), in table order
     ("offline", "offline", "tokens_per_s", "tok/s", True),
     ("HTTP, openai client", "http", "tokens_per_s", "tok/s", True),
     ("HTTP TTFT mean", "http", "ttft_mean_s", "s", False),
     ("HTTP TTFT p50", "http", "ttft_p50_s", "s", False),
     ("HTTP TTFT p95", "http", "ttft_p95_s", "s", False),
+    ("HTTP, the client's own CPU", "http", "client_cpu_s", "s", None),  # not a speed: no ratio
     ("batch-1 decode", "batch1", "decode_s_per_token", "ms/token", False),
     ("start to ready, in process", "in process", "ready_s", "s", False),
     ("start to ready, server", "http", "ready_s", "s", False),
@@ -234,7 +236,12 @@ def table(results: dict, dtypes: list[str]) -> list[str]:
             e, v = (lookup(results, part, dtype, s, key) for s in ("engine", "vllm"))
             if e is None and v is None:
                 continue
-            ratio = "-" if e is None or v is None else f"{(e / v if higher else v / e):.2f}x"
+            if higher is None:
+                ratio = ""
+            elif e is None or v is None:
+                ratio = "-"
+            else:
+                ratio = f"{(e / v if higher else v / e):.2f}x"
             lines.append(
                 f"| {label}, {dtype} ({unit}) | {fmt(v, unit)} | {fmt(e, unit)} | {ratio} |"
             )

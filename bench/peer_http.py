@@ -5,8 +5,10 @@ with one short request, then sends every request of the workload at once from th
 `openai` client: streamed `/v1/completions` with the prompt as token ids, greedy, `max_tokens`
 and `ignore_eos` (vLLM's extension, which both servers take). Client side, per request: the
 time to the first chunk that carries a choice (TTFT, as vLLM's own serving benchmark counts
-it) and the `usage.completion_tokens` of the last chunk. With `--client-idle` the client runs at
-SCHED_IDLE: it takes only the CPU the server leaves and never pre-empts the server's threads.
+it) and the `usage.completion_tokens` of the last chunk; for the whole load, the CPU time the
+client itself took (it runs on the same cores as the server). With `--client-idle` the client
+runs at SCHED_IDLE: it takes only the CPU the server leaves and never pre-empts the server's
+threads.
 """
 
 import asyncio
@@ -70,8 +72,9 @@ async def load(base_url: str, workload, max_load: float, quiet_cap_s: float) -> 
         model = (await client.models.list()).data[0].id
         await stream_one(client, model, workload[0][0][:8], WARMUP_TOKENS)  # warm-up
         load_before = wait_for_quiet(max_load, quiet_cap_s)
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.thread_time()  # the client: this thread
         rows = await asyncio.gather(*(stream_one(client, model, p, m) for p, m in workload))
+        client_cpu = time.thread_time() - cpu_start
     wall = max(end for _, _, end, _ in rows) - start
     counts = [count for *_, count in rows]
     return {
@@ -81,6 +84,7 @@ async def load(base_url: str, workload, max_load: float, quiet_cap_s: float) -> 
         "ttfts": [first - sent for sent, first, _, _ in rows if first is not None],
         "token_counts": counts,
         "load_before": load_before,
+        "client_cpu_s": client_cpu,
     }
 
 

@@ -39,6 +39,15 @@ def test_table_marks_a_missing_side():
     assert row == "| HTTP, openai client, float32 (tok/s) | - | 100.0 | - |"
 
 
+def test_the_clients_cpu_is_shown_without_a_ratio():
+    results = {
+        ("http", "float32", "engine"): result("http", "engine", client_cpu_s=2.0),
+        ("http", "float32", "vllm"): result("http", "vllm", client_cpu_s=1.5),
+    }
+    (row,) = [r for r in bench_vllm.table(results, ["float32"]) if "client's" in r]
+    assert row == "| HTTP, the client's own CPU, float32 (s) | 1.50 | 2.00 |  |"
+
+
 def test_http_over_offline():
     results = {
         ("offline", "bfloat16", "engine"): result("offline", "engine", tokens_per_s=200.0),
@@ -168,6 +177,7 @@ def test_engine_http_part_streams_every_request(args):
     assert len(r["ttfts"]) == 2 and 0 < r["ttft_p50_s"] <= r["wall_s"]
     assert min(r["ttfts"]) <= r["ttft_mean_s"] <= max(r["ttfts"])
     assert r["served_model"] and r["ready_s"] > 0
+    assert 0 < r["client_cpu_s"] < r["wall_s"]  # one thread's CPU over the load
 
 
 @pytest.mark.parametrize("idle", [False, True])
