@@ -6,10 +6,12 @@ imported only there). The weights are the engine's cached fp32 conversion of the
 model, a plain transformers directory that vLLM loads as it is. Greedy, ignore_eos, every
 request's output token count checked against its max_tokens. Parts:
 
-  offline  in process, all requests submitted at once: output tok/s (bench/peer_worker.py)
+  offline  in process, all requests submitted at once: output tok/s, and the CPU the
+           system's processes took (bench/peer_worker.py)
   http     each system's OpenAI-compatible server, the official `openai` client streaming
-           every request at once: tok/s and TTFT mean/p50/p95 client side, and the CPU the
-           client itself took on the same cores (bench/peer_http.py)
+           every request at once: tok/s and TTFT mean/p50/p95 client side, the CPU the
+           server's processes took and the CPU the client itself took on the same cores
+           (bench/peer_http.py)
   batch1   one request alone: decode ms per output token after the first
 
 and start-to-ready seconds for each. Before each timed run: one warm-up request, then a wait
@@ -182,12 +184,22 @@ def summary_line(r: dict) -> str:
         head = f"{1e3 * r['decode_s_per_token']:.1f} ms/token, prefill {r['prefill_s']:.2f} s"
     else:
         head = f"{r['tokens_per_s']:.1f} tok/s, {r['wall_s']:.1f} s"
+    if r["part"] == "offline":
+        head += f", CPU {r['cpu_s']:.1f} s ({cores_busy(r):.0%} of the cores)"
     if r["part"] == "http":
         head += (
             f", TTFT mean {r['ttft_mean_s']:.2f} s / p50 {r['ttft_p50_s']:.2f} s"
-            f" / p95 {r['ttft_p95_s']:.2f} s, the client's CPU {r['client_cpu_s']:.2f} s"
+            f" / p95 {r['ttft_p95_s']:.2f} s, CPU: the server's {r['server_cpu_s']:.1f} s,"
+            f" the client's {r['client_cpu_s']:.2f} s ({cores_busy(r):.0%} of the cores)"
         )
     return f"{head}, ready in {r['ready_s']:.1f} s (load {r['load_before']:.2f} before)"
+
+
+def cores_busy(r: dict) -> float:
+    """The share of the cores' time a run kept busy: in process, the system's processes; over
+    HTTP, the server's and the client's."""
+    cpu = r["cpu_s"] if r["part"] == "offline" else r["server_cpu_s"] + r["client_cpu_s"]
+    return cpu / (r["wall_s"] * os.cpu_count())
 
 
 def log_tail(path: Path, num_lines: int = 5) -> str:
@@ -198,11 +210,13 @@ def log_tail(path: Path, num_lines: int = 5) -> str:
 # -- the table ----------------------------------------------------------------------------------
 ROWS = [  # (label, part, result key, unit, higher is better or None), in table order
     ("offline", "offline", "tokens_per_s", "tok/s", True),
+    ("offline, CPU taken", "offline", "cpu_s", "s", None),  # not a speed: no ratio
     ("HTTP, openai client", "http", "tokens_per_s", "tok/s", True),
     ("HTTP TTFT mean", "http", "ttft_mean_s", "s", False),
     ("HTTP TTFT p50", "http", "ttft_p50_s", "s", False),
     ("HTTP TTFT p95", "http", "ttft_p95_s", "s", False),
-    ("HTTP, the client's own CPU", "http", "client_cpu_s", "s", None),  # not a speed: no ratio
+    ("HTTP, the server's CPU", "http", "server_cpu_s", "s", None),
+    ("HTTP, the client's own CPU", "http", "client_cpu_s", "s", None),
     ("batch-1 decode", "batch1", "decode_s_per_token", "ms/token", False),
     ("start to ready, in process", "in process", "ready_s", "s", False),
     ("start to ready, server", "http", "ready_s", "s", False),

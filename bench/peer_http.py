@@ -6,9 +6,9 @@ with one short request, then sends every request of the workload at once from th
 and `ignore_eos` (vLLM's extension, which both servers take). Client side, per request: the
 time to the first chunk that carries a choice (TTFT, as vLLM's own serving benchmark counts
 it) and the `usage.completion_tokens` of the last chunk; for the whole load, the CPU time the
-client itself took (it runs on the same cores as the server). With `--client-idle` the client
-runs at SCHED_IDLE: it takes only the CPU the server leaves and never pre-empts the server's
-threads.
+client itself took (it runs on the same cores as the server) and the server's processes took.
+With `--client-idle` the client runs at SCHED_IDLE: it takes only the CPU the server leaves
+and never pre-empts the server's threads.
 """
 
 import asyncio
@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 from openai import AsyncOpenAI
 
-from bench.peer_worker import wait_for_quiet
+from bench.peer_worker import group_cpu_s, group_processes, wait_for_quiet
 
 ROOT = Path(__file__).resolve().parent.parent
 WARMUP_TOKENS = 4
@@ -66,15 +66,18 @@ async def stream_one(client: AsyncOpenAI, model: str, prompt: list[int], max_tok
     return sent, first, time.perf_counter(), count
 
 
-async def load(base_url: str, workload, max_load: float, quiet_cap_s: float) -> dict:
+async def load(base_url: str, workload, max_load: float, quiet_cap_s: float, server: int) -> dict:
+    """`workload` through the server at `base_url` (process group `server`), timed."""
     client = AsyncOpenAI(base_url=base_url, api_key="unused", timeout=3600, max_retries=0)
     async with client:
         model = (await client.models.list()).data[0].id
         await stream_one(client, model, workload[0][0][:8], WARMUP_TOKENS)  # warm-up
         load_before = wait_for_quiet(max_load, quiet_cap_s)
-        start, cpu_start = time.perf_counter(), time.thread_time()  # the client: this thread
+        server_start, client_start = group_cpu_s(server), time.thread_time()  # client: this thread
+        start = time.perf_counter()
         rows = await asyncio.gather(*(stream_one(client, model, p, m) for p, m in workload))
-        client_cpu = time.thread_time() - cpu_start
+        client_cpu = time.thread_time() - client_start
+        server_cpu = group_cpu_s(server) - server_start
     wall = max(end for _, _, end, _ in rows) - start
     counts = [count for *_, count in rows]
     return {
@@ -85,6 +88,7 @@ async def load(base_url: str, workload, max_load: float, quiet_cap_s: float) -> 
         "token_counts": counts,
         "load_before": load_before,
         "client_cpu_s": client_cpu,
+        "server_cpu_s": server_cpu,
     }
 
 
@@ -103,7 +107,9 @@ def run_server(
             wait_ready(proc, base + health_route, args.ready_timeout)
             ready_s = time.time() - start
             result = on_client_thread(
-                lambda: asyncio.run(load(base + "/v1", workload, args.max_load, args.quiet_cap)),
+                lambda: asyncio.run(
+                    load(base + "/v1", workload, args.max_load, args.quiet_cap, proc.pid)
+                ),
                 idle=args.client_idle,
             )
         finally:
@@ -155,13 +161,4 @@ def wait_for_group(pgid: int, timeout_s: float = 60.0) -> None:
 def group_members(pgid: int) -> list[int]:
     """The pids of group `pgid` that have not ended (a zombie has: only its exit status waits
     for its parent, which may be a PID 1 that never reaps)."""
-    members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:  # ended while we looked
-            continue
-        state, _parent, group = text[text.rindex(")") + 2 :].split()[:3]
-        if int(group) == pgid and state != "Z":
-            members.append(int(stat.parent.name))
-    return members
+    return [pid for pid, fields in group_processes(pgid) if fields[0] != "Z"]

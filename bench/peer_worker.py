@@ -35,6 +35,29 @@ def wait_for_quiet(max_load: float, cap_s: float) -> float:
     return load
 
 
+def group_processes(pgid: int) -> list[tuple[int, list[str]]]:
+    """(pid, the fields of /proc/PID/stat after the command's name) of each process of group
+    `pgid`, zombies included."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # ended while we looked
+            continue
+        fields = text[text.rindex(")") + 2 :].split()
+        if int(fields[2]) == pgid:
+            found.append((int(stat.parent.name), fields))
+    return found
+
+
+def group_cpu_s(pgid: int) -> float:
+    """The CPU time (user and system, all threads) the processes of group `pgid` have taken,
+    zombies included (one that ends during a run keeps its time there until it is reaped):
+    sampled before and after a run, what the run took (a vLLM engine core included)."""
+    ticks = sum(int(fields[11]) + int(fields[12]) for _, fields in group_processes(pgid))
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 # -- the engine ---------------------------------------------------------------------------------
 def engine_system(job: dict):
     if str(ROOT) not in sys.path:
@@ -99,9 +122,11 @@ SYSTEMS = {"engine": engine_system, "vllm": vllm_system}
 # -- the parts ----------------------------------------------------------------------------------
 def timed(run, requests, job: dict) -> dict:
     load = wait_for_quiet(job["max_load"], job["quiet_cap_s"])
-    start = time.perf_counter()
+    cpu_start, start = group_cpu_s(os.getpgrp()), time.perf_counter()
     counts = run(requests)
-    return {"wall_s": time.perf_counter() - start, "load_before": load, "token_counts": counts}
+    wall = time.perf_counter() - start
+    cpu = group_cpu_s(os.getpgrp()) - cpu_start
+    return {"wall_s": wall, "cpu_s": cpu, "load_before": load, "token_counts": counts}
 
 
 def offline(run, job: dict) -> dict:

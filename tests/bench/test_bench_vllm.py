@@ -9,7 +9,7 @@ import pytest
 
 from bench import bench_vllm
 from bench.peer_http import group_members, on_client_thread, stop, wait_for_group
-from bench.peer_worker import wait_for_quiet
+from bench.peer_worker import group_cpu_s, wait_for_quiet
 from engine.loader import _resolve_source
 
 
@@ -46,6 +46,50 @@ def test_the_clients_cpu_is_shown_without_a_ratio():
     }
     (row,) = [r for r in bench_vllm.table(results, ["float32"]) if "client's" in r]
     assert row == "| HTTP, the client's own CPU, float32 (s) | 1.50 | 2.00 |  |"
+
+
+def test_cpu_taken_is_shown_without_a_ratio():
+    results = {
+        ("offline", "float32", "engine"): result("offline", "engine", cpu_s=38.0),
+        ("http", "float32", "vllm"): result("http", "vllm", server_cpu_s=40.0),
+    }
+    assert bench_vllm.table(results, ["float32"])[2:] == [
+        "| offline, CPU taken, float32 (s) | - | 38.0 |  |",
+        "| HTTP, the server's CPU, float32 (s) | 40.0 | - |  |",
+    ]
+
+
+def test_cores_busy_counts_the_client_over_http(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    offline = {"part": "offline", "wall_s": 10.0, "cpu_s": 19.0}
+    http = {"part": "http", "wall_s": 10.0, "server_cpu_s": 16.0, "client_cpu_s": 2.0}
+    assert bench_vllm.cores_busy(offline) == pytest.approx(0.95)
+    assert bench_vllm.cores_busy(http) == pytest.approx(0.90)
+
+
+BURN = """import time
+start = time.process_time()
+while time.process_time() - start < 0.3:
+    pass
+print("burnt", flush=True)
+time.sleep(60)
+"""
+
+
+def test_group_cpu_counts_every_process_of_the_group():
+    child = f"subprocess.Popen([sys.executable, '-c', {BURN!r}])"
+    leader = f"import subprocess, sys; {child}; exec({BURN!r})"
+    proc = subprocess.Popen([sys.executable, "-c", leader], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)  # fmt: skip
+    try:
+        assert [proc.stdout.readline() for _ in range(2)] == ["burnt\n"] * 2  # both have burnt
+        taken = group_cpu_s(proc.pid)
+        assert 0.5 <= taken < 5.0  # 0.3 s each, plus the interpreters' start
+        time.sleep(0.3)
+        assert group_cpu_s(proc.pid) - taken < 0.1  # asleep now: CPU time, not wall time
+    finally:
+        stop(proc)
+        proc.stdout.close()
 
 
 def test_http_over_offline():
@@ -165,6 +209,7 @@ def test_engine_in_process_parts_share_one_process(args):
     offline, batch1 = out["offline"], out["batch1"]
     assert offline["token_counts"] == [5, 3] and offline["count_mismatches"] == []
     assert offline["tokens_per_s"] > 0 and offline["ready_s"] > 0
+    assert 0 < offline["cpu_s"] < 2 * os.cpu_count() * offline["wall_s"]  # 2x: clock ticks
     assert batch1["token_counts"] == [3] and batch1["count_mismatches"] == []
     assert batch1["decode_s_per_token"] > 0
     assert batch1["ready_s"] == offline["ready_s"]  # one load for both parts
@@ -178,6 +223,7 @@ def test_engine_http_part_streams_every_request(args):
     assert min(r["ttfts"]) <= r["ttft_mean_s"] <= max(r["ttfts"])
     assert r["served_model"] and r["ready_s"] > 0
     assert 0 < r["client_cpu_s"] < r["wall_s"]  # one thread's CPU over the load
+    assert 0 < r["server_cpu_s"] < 2 * os.cpu_count() * r["wall_s"]
 
 
 @pytest.mark.parametrize("idle", [False, True])
