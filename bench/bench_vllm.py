@@ -18,7 +18,9 @@ and start-to-ready seconds for each. Before each timed run: one warm-up request,
 (capped) until the 1-minute load average is low. `--workload unseen` is another seed and
 shape, to check the numbers on work the engine was not tuned on; `long` (prompts of 900-1700
 tokens: prefill and attention) and `many` (128 short turns: per-request and per-stream work)
-are shapes neither covers. This machine's speed drifts
+are shapes neither covers; `mixed` (40 requests of any length up to 1,200 prompt and 400 new
+tokens: long prefills beside long decodes) was added last, after the engine's tuning, as
+work nothing here was tuned on. This machine's speed drifts
 by 10-20 % between runs minutes apart: `--repeat N` does the whole sequence N times, the
 table shows medians, and HTTP / in process is taken within each round (runs minutes apart),
 its median and every round's value printed. `--client-idle` runs the openai client at
@@ -73,6 +75,7 @@ WORKLOADS = {  # name -> make_workload arguments
     "unseen": {"num_requests": 48, "seed": 7, "prompt_len": (30, 300), "max_tokens": (16, 192)},
     "long": {"num_requests": 16, "seed": 11, "prompt_len": (900, 1700), "max_tokens": (16, 128)},
     "many": {"num_requests": 128, "seed": 13, "prompt_len": (10, 120), "max_tokens": (8, 64)},
+    "mixed": {"num_requests": 40, "seed": 29, "prompt_len": (10, 1200), "max_tokens": (8, 400)},
     "quick": {"num_requests": 8, "seed": 0, "prompt_len": (20, 80), "max_tokens": (8, 24)},
 }
 MAX_MODEL_LEN = 2048  # vLLM's; the longest request is 1700 + 128 tokens ("long")
@@ -294,7 +297,8 @@ def parse_args():
         "--workload", choices=[w for w in WORKLOADS if w != "quick"], default="bench",
         help="bench: bench/workload.py's 64 requests; unseen: 48 others (seed 7, prompts "
         "30-300 tokens, 16-192 new tokens); long: 16 prompts of 900-1700 tokens, 16-128 new "
-        "tokens; many: 128 short turns (prompts 10-120, 8-64 new tokens)",
+        "tokens; many: 128 short turns (prompts 10-120, 8-64 new tokens); mixed: 40 of any "
+        "length (prompts 10-1200, 8-400 new tokens)",
     )  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="8 short requests: a smoke run")
     parser.add_argument("--max-num-seqs", type=int, default=64, help="the engine's")
