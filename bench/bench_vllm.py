@@ -19,8 +19,8 @@ and start-to-ready seconds for each. Before each timed run: one warm-up request,
 shape, to check the numbers on work the engine was not tuned on; `long` (prompts of 900-1700
 tokens: prefill and attention) and `many` (128 short turns: per-request and per-stream work)
 are shapes neither covers; `mixed` (40 requests of any length up to 1,200 prompt and 400 new
-tokens: long prefills beside long decodes) was added last, after the engine's tuning, as
-work nothing here was tuned on. This machine's speed drifts
+tokens: long prefills beside long decodes) is one more shape the engine was not tuned on.
+This machine's speed drifts
 by 10-20 % between runs minutes apart: `--repeat N` does the whole sequence N times, the
 table shows medians, and HTTP / in process is taken within each round (runs minutes apart),
 its median and every round's value printed. `--client-idle` runs the openai client at
