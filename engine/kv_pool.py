@@ -56,10 +56,15 @@ class ResidentBlocks:
         if top <= self.count:
             return
         end = min(self.num_blocks, top + max(MIN_AHEAD_BLOCKS, top // 4))
-        runs = []  # (address, bytes) of each tensor's blocks count .. end
+        # (address, bytes) of each tensor's blocks count .. end. madvise takes a page's start
+        # only (EINVAL otherwise), and a block need not fill whole pages (6 KiB in bfloat16
+        # with 3 KV heads): a run starts on the page that holds its first byte.
+        runs = []
         for t in self.tensors:
             block_bytes = t[0].numel() * t.element_size()
-            runs.append((t.data_ptr() + self.count * block_bytes, (end - self.count) * block_bytes))
+            start = t.data_ptr() + self.count * block_bytes
+            start -= start % mmap.PAGESIZE
+            runs.append((start, t.data_ptr() + end * block_bytes - start))
         # The step waits for this with the other cores idle, and mapping pages scales with
         # cores (the kernel zeroes them): the runs are split over torch's threads.
         num_threads = min(torch.get_num_threads(), len(runs))

@@ -93,6 +93,27 @@ def test_resident_blocks_map_a_run_ahead_of_use_and_keep_what_was_written():
     assert not pools[0].any() and not pools[1].any()
 
 
+def test_resident_blocks_map_runs_that_start_inside_a_page(caplog):
+    """A block of 6 KiB (bfloat16, 3 KV heads, as SmolLM2's) leaves an odd count of blocks
+    ending mid-page: the next run still maps (from the start of that page), never falling
+    back to lazy pages, and changes no byte."""
+    import torch
+
+    shape = (1024, 16, 3, 64)  # 6 KiB a block
+    pools = [zeroed(shape, torch.bfloat16, torch.device("cpu")) for _ in range(2)]
+    resident = ResidentBlocks(pools)
+    resident.cover(1)
+    assert resident.count == 1 + MIN_AHEAD_BLOCKS  # 65 blocks: 97.5 pages
+    pools[0][resident.count - 1] = 3.0  # the half page before the next run's first block
+    before = _resident_bytes()
+    with caplog.at_level("INFO", logger="engine.kv_pool"):
+        resident.cover(600)
+    assert "stays lazily mapped" not in caplog.text
+    assert resident.count == 600 + 600 // 4 and not resident.complete
+    assert _resident_bytes() - before > 2 * (750 - 65) * 6 * 2**10 * 0.9
+    assert pools[0][resident.count - 66].eq(0).all() and pools[0][64].eq(3.0).all()
+
+
 def test_resident_blocks_stay_lazy_where_madvise_fails(caplog):
     """An old kernel without MADV_POPULATE_WRITE: the first failure (on any of the mapping
     threads) leaves the pool to its lazy pages for good."""
