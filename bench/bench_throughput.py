@@ -52,8 +52,8 @@ from bench.workload import describe, make_workload  # noqa: E402
 from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 from engine.loader import load_model  # noqa: E402
 from engine.telemetry import percentile  # noqa: E402
-from playground.replay import ReplayLog  # noqa: E402
-from playground.trace import chrome_trace  # noqa: E402
+from playground.record.replay import ReplayLog  # noqa: E402
+from playground.record.trace import chrome_trace  # noqa: E402
 
 SYSTEMS = {  # name -> table label
     "engine_continuous": "engine paged/continuous",
@@ -131,8 +131,8 @@ class NoiseGuard:
 
 # -- the engine ---------------------------------------------------------------------------------
 def run_engine(model, tokenizer, workload, args, guard: NoiseGuard, trace=None, **overrides):
-    """`trace`: a path for the timed run's Chrome trace (playground/trace.py), and next to it
-    its replay file (`.replay.json`, playground/replay.py); None: neither."""
+    """`trace`: a path for the timed run's Chrome trace (playground/record/trace.py), and next to it
+    its replay file (`.replay.json`, playground/record/replay.py); None: neither."""
     config = EngineConfig(
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,

@@ -1,6 +1,6 @@
 """A small vLLM-style inference engine: continuous batching over a paged KV cache."""
 
-import engine.openmp  # noqa: F401 - first: it loads torch with the engine's OpenMP setting
+import engine.cpu.openmp  # noqa: F401 - first: it loads torch with the engine's OpenMP setting
 from engine.config import EngineConfig
 from engine.inspection import RequestDetail, SequenceDetail
 from engine.llm_engine import LLMEngine, QueueFullError

@@ -9,11 +9,13 @@ from collections import Counter, deque
 
 import torch
 
-from engine import paged_kernel
 from engine.attention import ATTN_IMPLEMENTATION, register, unsupported_reason
 from engine.beam_search import BeamSearch
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
+from engine.cpu import paged_kernel
+from engine.cpu.native_model import unsupported_reason as native_unsupported_reason
+from engine.cpu.openmp import off_thread
 from engine.detokenizer import IncrementalDetokenizer, WholeDecode
 from engine.hf_cache_runner import HFCacheRunner
 from engine.inspection import (
@@ -24,8 +26,6 @@ from engine.inspection import (
     request_state,
 )
 from engine.model_runner import ModelRunner, auto_num_kv_blocks, kv_geometry
-from engine.native_model import unsupported_reason as native_unsupported_reason
-from engine.openmp import off_thread
 from engine.outputs import RequestOutput
 from engine.request_input import tokenize_prompt
 from engine.sampler import Sampler
@@ -116,7 +116,7 @@ class LLMEngine:
 
         `overrides` are EngineConfig fields, e.g. max_num_seqs=8, kv_backend="hf_cache".
         The load runs on a short-lived thread, so the caller's thread keeps no OpenMP team
-        (engine/openmp.py): the engine may then be stepped on any one thread at full speed.
+        (engine/cpu/openmp.py): the engine may then be stepped on any one thread at full speed.
         """
         unknown = set(overrides) - EngineConfig.field_names()
         if unknown:

@@ -14,7 +14,6 @@ import os
 import torch
 import torch.fx.experimental._config as fx_config
 
-from engine import paged_kernel
 from engine.attention import (
     AttentionContext,
     DecodeGroup,
@@ -22,8 +21,9 @@ from engine.attention import (
     PrefillTables,
     attention_context,
 )
-from engine.kv_pool import ResidentBlocks, zeroed
-from engine.native_model import NativeDecoder
+from engine.cpu import paged_kernel
+from engine.cpu.kv_pool import ResidentBlocks, zeroed
+from engine.cpu.native_model import NativeDecoder
 from engine.scheduler import ScheduledSequence
 from engine.sequence import Sequence
 

@@ -12,7 +12,7 @@ import functools
 
 import torch
 
-from engine import fused_ops
+from engine.cpu import fused_ops
 from engine.outputs import Logprob
 from engine.sequence import Sequence
 

@@ -4,7 +4,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 import app
-from playground.limits import PublicLimits
+from playground.access.limits import PublicLimits
 
 
 def test_create_app_serves_the_board_and_healthz(driver):

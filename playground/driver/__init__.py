@@ -22,16 +22,16 @@ from engine import (
     RequestOutput,
     StopReason,
 )
-from playground.board import BoardState
+from playground.access.limits import PublicLimits
+from playground.board.state import BoardState
 from playground.driver.clock import MAX_PAUSE_S, MIN_PACE, parse_pace
 from playground.driver.loop import DriverLoop
 from playground.driver.watchdog import STUCK_AFTER_S
-from playground.history import StepHistory
-from playground.limits import PublicLimits
-from playground.replay import Replay
-from playground.requests import RequestHandle, RequestRejected, preview
-from playground.rerun import ReplayWorkload
-from playground.trace import chrome_trace
+from playground.handles import RequestHandle, RequestRejected, preview
+from playground.record.history import StepHistory
+from playground.record.replay import Replay
+from playground.record.rerun import ReplayWorkload
+from playground.record.trace import chrome_trace
 
 __all__ = [
     "MAX_PAUSE_S",
@@ -64,7 +64,7 @@ class EngineDriver:
         compare mode. A remote board passes its servers' lanes (playground/remote/)."""
         self.model, self.tokenizer = engine.model, engine.tokenizer
         self.base_config = base_config or engine.config  # what reset() starts from
-        self.limits = limits or PublicLimits()  # for the public doors (playground/public.py)
+        self.limits = limits or PublicLimits()  # for the public doors (playground/access/public.py)
         factory = engine_factory or (lambda cfg: LLMEngine(self.model, self.tokenizer, cfg))
         self._loop = DriverLoop(engine, factory, pace, stuck_after_s, max_pause_s, lanes)
         self._inbox = self._loop.inbox
@@ -231,7 +231,7 @@ class EngineDriver:
         return self._loop.history
 
     def trace(self, labels: dict[str, str] | None = None, timeout: float = 30.0) -> dict:
-        """The run since the last reset as a Chrome Trace Event object (playground.trace).
+        """The run since the last reset as a Chrome Trace Event object (playground.record.trace).
         The driver thread copies what it kept; the trace is built in the caller's thread."""
         steps, requests = self._inbox.call(self._loop.trace.contents, True, timeout)
         return chrome_trace(steps, requests, labels)

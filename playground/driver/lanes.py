@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from engine import EngineConfig, LLMEngine, RequestOutput
-from playground.board import LaneStats
+from playground.board.state import LaneStats
 
 log = logging.getLogger(__name__)
 

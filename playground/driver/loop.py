@@ -13,18 +13,18 @@ import time
 from dataclasses import replace
 
 from engine import EngineConfig, LLMEngine, RequestOutput, StopReason
+from playground.access.limits import in_flight_error
 from playground.driver.clock import RunClock, StepCounter
 from playground.driver.inbox import Inbox
 from playground.driver.lanes import MAIN_LANE, Lane, Lanes
 from playground.driver.publisher import Publisher
 from playground.driver.streams import Streams
 from playground.driver.watchdog import Watchdog
-from playground.history import StepHistory
-from playground.limits import in_flight_error
-from playground.outbox import wait_sent
-from playground.replay import ReplayLog
-from playground.requests import Ledger, RequestRecord, RequestRejected, final_output, preview
-from playground.trace import TraceRecorder
+from playground.handles import Ledger, RequestRecord, RequestRejected, final_output, preview
+from playground.record.history import StepHistory
+from playground.record.replay import ReplayLog
+from playground.record.trace import TraceRecorder
+from playground.server.outbox import wait_sent
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class DriverLoop:
         self.clock = RunClock(pace, max_pause_s)
         self.ledger = Ledger()  # the first lane's recent requests
         self.streams, self.publisher = Streams(), Publisher()
-        self.workload = None  # the simulated users (playground.users.Workload)
+        self.workload = None  # the simulated users (playground.workload.users.Workload)
         # the first lane's run since the last reset: its last steps, its trace, its requests
         self.history, self.trace, self.replay_log = StepHistory(), TraceRecorder(), ReplayLog()
         self._remembered = 0  # the first lane's num_steps when the run was last recorded

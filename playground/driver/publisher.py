@@ -8,10 +8,10 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from engine import EngineSnapshot, RequestDetail
-from playground.board import BoardState
+from playground.board.state import BoardState
 from playground.driver.clock import RunClock
 from playground.driver.lanes import Lanes
-from playground.requests import Ledger
+from playground.handles import Ledger
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable
 
 from engine import RequestOutput, StopReason
-from playground.requests import RequestHandle, final_output
+from playground.handles import RequestHandle, final_output
 
 log = logging.getLogger(__name__)
 

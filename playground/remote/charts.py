@@ -5,7 +5,7 @@ lane started; where the in-process board draws something a server does not expor
 exact batches, its block map), the chart says so in its title instead of guessing.
 """
 
-from playground.charts import PREEMPT_COLOUR, STATUS_COLOURS, _spec
+from playground.board.charts import PREEMPT_COLOUR, STATUS_COLOURS, _spec
 from playground.remote.engine import RemoteSnapshot
 from playground.remote.prometheus import finished_grown, increments
 

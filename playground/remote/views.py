@@ -8,8 +8,8 @@ exports (its queues, KV cache, preemptions, tokens per step) are labelled as suc
 
 import time
 
-from playground import cards, charts
-from playground.board import BoardState
+from playground.board import cards, charts
+from playground.board.state import BoardState
 from playground.remote import charts as remote_charts
 from playground.remote.engine import RemoteSnapshot
 from playground.remote.prometheus import grown

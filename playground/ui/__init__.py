@@ -11,11 +11,10 @@ gradio_client refuses it); the one endpoint meant for clients is `/generate` (gr
 
 import gradio as gr
 
+from playground.access.seat import Seat
 from playground.driver import EngineDriver
 from playground.remote.views import INTRO as REMOTE_INTRO
 from playground.remote.views import is_remote
-from playground.scenarios import DEFAULT_SCENARIO, SCENARIOS
-from playground.seat import Seat
 from playground.ui.callbacks import TICK_S, BoardCallbacks, TickOutputs
 from playground.ui.controls import Controls, build_controls, scenario_knobs
 from playground.ui.rewind import RewindBar, TracePanel, build_rewind, build_traces
@@ -37,6 +36,7 @@ from playground.ui.story import (
     build_stops,
 )
 from playground.ui.widgets import load_asset
+from playground.workload.scenarios import DEFAULT_SCENARIO, SCENARIOS
 
 __all__ = ["TICK_S", "build_ui", "load_asset"]
 

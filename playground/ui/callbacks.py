@@ -7,7 +7,7 @@ gr.State / gr.Request. `tick` never waits for the driver. Figures are built once
 version and shared by all sessions (FigureCache).
 
 Every handler but the timer's answers only sessions of the board's page (those whose load
-event ran: `arrive`); the controls also ask the Seat (playground/seat.py) whether this
+event ran: `arrive`); the controls also ask the Seat (playground/access/seat.py) whether this
 session drives, and spend one token of its rate limit.
 """
 
@@ -19,21 +19,22 @@ from typing import NamedTuple
 import gradio as gr
 
 from engine import EngineConfig
-from playground import cards, public
-from playground.audience import Audience
+from playground.access import public
+from playground.access.audience import Audience
+from playground.access.rate_limit import RateLimited
+from playground.access.seat import PRESENTER_PARAM, Role, Seat, SeatView
+from playground.access.seat_banner import refusal, render_seat, seat_button
+from playground.board import cards
+from playground.board.inspector import render_inspector
+from playground.board.views import FigureCache, board_values, chart_values, compare_values
 from playground.driver import EngineDriver, RequestRejected
-from playground.inspector import render_inspector
-from playground.lessons import LESSONS, render_lesson
-from playground.rate_limit import RateLimited
 from playground.remote.views import is_remote, render_banner
-from playground.scenarios import SCENARIOS
-from playground.seat import PRESENTER_PARAM, Role, Seat, SeatView
-from playground.seat_banner import refusal, render_seat, seat_button
-from playground.stop_reasons import render_stop_panel
+from playground.teaching.lessons import LESSONS, render_lesson
+from playground.teaching.stop_reasons import render_stop_panel
 from playground.ui.controls import NUM_DRIVE_CONTROLS, Knobs, note, scenario_knobs
 from playground.ui.rewind import RewindCallbacks, slider_update
 from playground.ui.story import MAX_ANSWERS
-from playground.views import FigureCache, board_values, chart_values, compare_values
+from playground.workload.scenarios import SCENARIOS
 
 TICK_S = 0.25  # the text refreshes ~4 times a second
 CHART_INTERVAL_S = 0.5  # charts redraw at most 2x/s: the browser's Plotly redraws are the cost

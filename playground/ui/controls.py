@@ -6,11 +6,11 @@ from typing import NamedTuple
 
 import gradio as gr
 
-from playground import cards
+from playground.board import cards
 from playground.driver import EngineDriver
-from playground.scenarios import SCENARIOS, Scenario
 from playground.ui.widgets import html
-from playground.users import ARRIVALS
+from playground.workload.scenarios import SCENARIOS, Scenario
+from playground.workload.users import ARRIVALS
 
 PACES = ["max", "0.5", "1", "2", "5", "10"]  # 0.5: the driver's floor (MIN_PACE)
 MAX_TOKENS_SLIDER = 256  # the slider's end, if the public limit is higher

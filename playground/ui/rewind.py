@@ -2,7 +2,7 @@
 
 Rewinding is per visitor: the step shown lives in this session's gr.State, and while it is
 set the timer's tick leaves the board alone (the engine runs on for everyone else; pausing
-stays the Pause button's business). The views are the board's own (playground/rewind.py).
+stays the Pause button's business). The views are the board's own (playground/record/rewind.py).
 """
 
 import tempfile
@@ -14,13 +14,13 @@ from pathlib import Path
 import gradio as gr
 
 from engine import FieldError
-from playground import cards
+from playground.board import cards
+from playground.board.views import board_values, chart_values
 from playground.driver import EngineDriver
-from playground.replay import Replay
-from playground.replay_door import board_replay
-from playground.rewind import live_note, rewind_note, rewound_figures, rewound_state
+from playground.record.replay import Replay
+from playground.record.replay_door import board_replay
+from playground.record.rewind import live_note, rewind_note, rewound_figures, rewound_state
 from playground.ui.widgets import html
-from playground.views import board_values, chart_values
 
 REPLAY_MODES = ("its own knobs", "continuous", "static", "A/B: continuous vs static")
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import gradio as gr
 
+from playground.board.views import PLOT_KEYS
 from playground.ui.widgets import html, load_asset, plot
-from playground.views import PLOT_KEYS
 
 INTRO = """
 <div class="pg-hero"><h1>Continuous batching, live</h1>

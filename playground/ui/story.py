@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import gradio as gr
 
+from playground.board.views import COMPARE_KEYS
 from playground.ui.widgets import html, plot
-from playground.views import COMPARE_KEYS
 
 MAX_ANSWERS = 3  # a lesson offers two or three
 

@@ -9,7 +9,7 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
-from playground.api import register_api
+from playground.server.api import register_api
 
 TINY_MODEL = "tiny-llama"  # the id the tiny server serves
 

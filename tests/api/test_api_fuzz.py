@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from engine import EngineConfig
+from playground.access.limits import PublicLimits
 from playground.driver import EngineDriver
-from playground.limits import PublicLimits
 from tests.api.conftest import SERVER_ENGINE
 from tests.api.server import Server
 from tests.tiny_models import make_engine, make_tiny_model

@@ -9,7 +9,7 @@ import pytest
 from gradio_client import Client
 
 import app as app_module
-from playground.seat import Seat, SeatPolicy
+from playground.access.seat import Seat, SeatPolicy
 from tests.api.server import Page, Server, wait_for
 
 GENERATE_ENDPOINT = "/generate"  # prompt (+ max_tokens, temperature) in, generated text out

@@ -80,7 +80,7 @@ def test_metrics_parse_and_counters_move(client, app_server):
 
 
 def test_finished_reasons_are_vllms(make_driver):
-    from playground.metrics import FINISHED_REASONS
+    from playground.server.metrics import FINISHED_REASONS
 
     driver = make_driver()
     with TestClient(bare_app(lambda: driver)) as http:

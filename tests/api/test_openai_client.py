@@ -5,8 +5,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from playground.cards import render_cards
-from playground.openai_protocol import served_model_names
+from playground.board.cards import render_cards
+from playground.server.openai_protocol import served_model_names
 from tests.api.server import TINY_MODEL, wait_for
 
 MESSAGES = [{"role": "user", "content": "Name three colours."}]

@@ -11,7 +11,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from pydantic import BaseModel
 
 from engine import StopReason
-from playground.openai_protocol import ResponseTracker
+from playground.server.openai_protocol import ResponseTracker
 from tests.api.server import TINY_MODEL
 
 EXTENSIONS = {"stop_reason", "engine_stop_reason"}  # per choice: vLLM's, the engine's
@@ -96,7 +96,7 @@ def test_stop_reason_is_the_stop_string_or_token_that_ended_it(app_server, clien
 
 def _tracker(chat: bool) -> ResponseTracker:
     from engine import SamplingParams
-    from playground.openai_protocol import CompletionJob
+    from playground.server.openai_protocol import CompletionJob
 
     job = CompletionJob(chat, "id-1", TINY_MODEL, "x", [5], SamplingParams(max_tokens=4), None,
                         0, False, False, 1)  # fmt: skip
@@ -105,7 +105,7 @@ def _tracker(chat: bool) -> ResponseTracker:
 
 @pytest.mark.parametrize("reason", [StopReason.CANCELLED, StopReason.TIMEOUT])
 def test_an_aborted_choice_says_abort_and_the_engine_says_why(reason):
-    from playground.requests import final_output
+    from playground.handles import final_output
 
     out = final_output("id-1", "partial", reason)
     for chat, cls in ((True, ChatCompletion), (False, Completion)):

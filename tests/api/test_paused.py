@@ -8,8 +8,8 @@ import httpx
 import pytest
 
 from engine import EngineConfig
-from playground import api
 from playground.driver import EngineDriver
+from playground.server import api
 from tests.api.conftest import SERVER_ENGINE
 from tests.api.server import TINY_MODEL, Server, bare_app, openai_client
 from tests.api.test_sse import parse_data

@@ -4,8 +4,8 @@ import pytest
 from fastapi import FastAPI
 
 from engine import EngineConfig, LLMEngine
-from playground.api import register_api
 from playground.driver import EngineDriver
+from playground.server.api import register_api
 from tests.api.server import Server, openai_client
 
 pytestmark = pytest.mark.slow

@@ -10,8 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 import app as app_module
-from playground import public
-from playground.api import client_owner
+from playground.access import public
+from playground.server.api import client_owner
 from tests.api.server import TINY_MODEL, Server, bare_app, openai_client
 
 
@@ -111,7 +111,7 @@ def test_forwarded_for_is_ignored_unless_it_comes_from_a_trusted_proxy(make_driv
 
 
 def test_a_queued_stream_sends_keep_alive_comments_until_its_tokens_come(make_driver, monkeypatch):
-    from playground import api
+    from playground.server import api
 
     monkeypatch.setattr(api, "KEEPALIVE_S", 0.3)
     driver = make_driver()

@@ -6,8 +6,8 @@ import json
 
 from bench import bench_throughput
 from bench.workload import make_workload
-from playground.replay import Replay
-from playground.rerun import compare_outputs, run_offline
+from playground.record.replay import Replay
+from playground.record.rerun import compare_outputs, run_offline
 from tests.tiny_models import make_engine
 
 

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import app  # noqa: E402
 from engine import LLMEngine, SamplingParams  # noqa: E402
-from engine.openmp import lower_priority  # noqa: E402
+from engine.cpu.openmp import lower_priority  # noqa: E402
 from playground.driver import EngineDriver  # noqa: E402
 from playground.ui import callbacks  # noqa: E402
 

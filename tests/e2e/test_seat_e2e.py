@@ -7,8 +7,8 @@ import pytest
 
 import app
 from engine import EngineConfig
+from playground.access.seat import PRESENTER_PARAM, Seat
 from playground.driver import EngineDriver
-from playground.seat import PRESENTER_PARAM, Seat
 from tests.api.server import Server
 from tests.tiny_models import make_engine
 

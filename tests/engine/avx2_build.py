@@ -10,11 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from engine import native_build
+from engine.cpu import native_build
 
 SCRIPT = """
 import sys, pytest
-from engine import native_build
+from engine.cpu import native_build
 native_build.FLAGS += ("-mno-avx512f",)  # as gcc builds the library on an AVX2-only CPU
 sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", sys.argv[1], "-k", sys.argv[2]]))
 """

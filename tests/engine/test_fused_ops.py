@@ -6,8 +6,8 @@ import torch
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-from engine import native_build
-from engine.fused_ops import FusedOps, TorchOps, select
+from engine.cpu import native_build
+from engine.cpu.fused_ops import FusedOps, TorchOps, select
 
 DTYPES = [torch.float32, torch.bfloat16]
 # (tokens, hidden): one decode; a batch of decodes; a prefill chunk (split over threads)

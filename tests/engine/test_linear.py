@@ -5,8 +5,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine import linear
-from engine.linear import FusedLinear
+from engine.cpu import linear
+from engine.cpu.linear import FusedLinear
 from engine.loader import transpose_linear_weights
 from tests.engine import avx2_build
 

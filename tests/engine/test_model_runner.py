@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.kv_pool import MIN_AHEAD_BLOCKS, ResidentBlocks, zeroed
+from engine.cpu.kv_pool import MIN_AHEAD_BLOCKS, ResidentBlocks, zeroed
 from engine.model_runner import split_by_length
 
 
@@ -107,7 +107,7 @@ def test_resident_blocks_map_runs_that_start_inside_a_page(caplog):
     assert mapped == 1 + MIN_AHEAD_BLOCKS  # 65 blocks: 97.5 pages
     pools[0][mapped - 1] = 3.0  # on the page the next run starts from
     before = _resident_bytes()
-    with caplog.at_level("INFO", logger="engine.kv_pool"):
+    with caplog.at_level("INFO", logger="engine.cpu.kv_pool"):
         resident.cover(600)
     assert "stays lazily mapped" not in caplog.text
     assert resident.count == 600 + 600 // 4 and not resident.complete
@@ -125,7 +125,7 @@ def test_resident_blocks_stay_lazy_where_madvise_fails(caplog):
     resident = ResidentBlocks(pools)
     calls = []
     resident._madvise = lambda address, size: calls.append(address) or (address == calls[0])
-    with caplog.at_level("INFO", logger="engine.kv_pool"):
+    with caplog.at_level("INFO", logger="engine.cpu.kv_pool"):
         resident.cover(1)
     assert resident.complete and "stays lazily mapped" in caplog.text
     resident.cover(64)
@@ -144,7 +144,8 @@ def test_the_runner_maps_the_blocks_a_step_writes(tiny_model):
 
 
 def test_a_pool_that_cannot_be_allocated_is_a_clear_error(tiny_model, monkeypatch):
-    from engine import EngineConfig, LLMEngine, kv_pool
+    from engine import EngineConfig, LLMEngine
+    from engine.cpu import kv_pool
 
     def no_memory(*args, **kwargs):
         raise OSError(errno.ENOMEM, "simulated: no memory for the pool")

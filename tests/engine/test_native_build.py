@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from engine import native_build
+from engine.cpu import native_build
 
 
 def test_the_build_is_cached_per_source_and_reused(tmp_path, monkeypatch):

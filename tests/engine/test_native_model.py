@@ -6,10 +6,11 @@ import pytest
 import torch
 from transformers import GemmaConfig, GemmaForCausalLM
 
-from engine import EngineConfig, LLMEngine, SamplingParams, fused_ops, linear
+from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.attention import AttentionContext, DecodeGroup, PrefillChunk
-from engine.fused_ops import FusedOps, TorchOps
-from engine.native_model import NativeDecoder, unsupported_reason
+from engine.cpu import fused_ops, linear
+from engine.cpu.fused_ops import FusedOps, TorchOps
+from engine.cpu.native_model import NativeDecoder, unsupported_reason
 from tests.engine.checks import GreedyChecker
 from tests.tiny_models import TINY, TINY_ARCHS, make_engine, make_tiny_pair
 

@@ -1,4 +1,4 @@
-"""engine/openmp.py: a load leaves the caller's thread without an OpenMP team, torch loads
+"""engine/cpu/openmp.py: a load leaves the caller's thread without an OpenMP team, torch loads
 with a short spin of idle workers, and a thread can step aside for the team.
 
 A thread's team is seen by name: Linux threads take their creator's name, so the workers
@@ -18,7 +18,7 @@ import torch
 
 from bench.random_models import random_model, word_tokenizer
 from engine import LLMEngine, SamplingParams
-from engine.openmp import OWN_SETTINGS, SPIN_COUNT, lower_priority, off_thread
+from engine.cpu.openmp import OWN_SETTINGS, SPIN_COUNT, lower_priority, off_thread
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -5,7 +5,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine import EngineConfig, FieldError, SamplingParams, native_build, paged_kernel
+from engine import EngineConfig, FieldError, SamplingParams
+from engine.cpu import native_build, paged_kernel
 from tests.engine import avx2_build
 from tests.engine.checks import GreedyChecker
 from tests.tiny_models import make_engine

@@ -1,9 +1,9 @@
 """Hand-made EngineSnapshot / BoardState values for chart, card and UI tests (no engine)."""
 
 from engine.telemetry import EngineSnapshot, RequestState, StepEvent, StepRecord, Totals
-from playground.board import BoardState, LaneStats
-from playground.requests import RequestRecord
-from playground.users import USER_COLOURS, USER_NAMES, UserView
+from playground.board.state import BoardState, LaneStats
+from playground.handles import RequestRecord
+from playground.workload.users import USER_COLOURS, USER_NAMES, UserView
 
 
 def step(

@@ -2,7 +2,7 @@
 
 import pytest
 
-from playground.audience import Audience
+from playground.access.audience import Audience
 
 
 def test_slowdown_grows_with_the_sessions_that_ticked_recently():

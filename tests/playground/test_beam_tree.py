@@ -6,8 +6,8 @@ import json
 import re
 
 from engine import SamplingParams
-from playground.beam_tree import GREY_LINE, LINE, _lanes, beam_tree_spec
-from playground.inspector import render_inspector
+from playground.board.beam_tree import GREY_LINE, LINE, _lanes, beam_tree_spec
+from playground.board.inspector import render_inspector
 from tests.engine.checks import beam_events
 
 BEAMS = SamplingParams(max_tokens=14, temperature=0.0, beam_width=4, n=2)

@@ -3,10 +3,10 @@
 from dataclasses import replace
 
 from engine import Logprob, RequestDetail, SequenceDetail
-from playground import cards
-from playground.board import LaneStats
-from playground.inspector import render_inspector
-from playground.requests import RequestRecord
+from playground.board import cards
+from playground.board.inspector import render_inspector
+from playground.board.state import LaneStats
+from playground.handles import RequestRecord
 from tests.playground.boards import busy_board, request, snapshot, step
 
 EVIL = '<script>alert("x")</script>'

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from engine.telemetry import Totals
-from playground import charts
+from playground.board import charts
 from tests.playground.boards import busy_board, request, snapshot, step
 
 

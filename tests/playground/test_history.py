@@ -3,9 +3,9 @@
 import time
 
 from engine import SamplingParams
-from playground import charts
-from playground.history import StepHistory, _deep_size
-from playground.users import UserView
+from playground.board import charts
+from playground.record.history import StepHistory, _deep_size
+from playground.workload.users import UserView
 from tests.playground.driving import fixed, settled
 
 

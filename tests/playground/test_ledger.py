@@ -1,6 +1,6 @@
 """The board's ledger forgets old finished requests, but never a visitor's latest answer."""
 
-from playground.requests import Ledger, RequestRecord
+from playground.handles import Ledger, RequestRecord
 
 
 def _record(rid: str, owner: str | None, finished: bool = True) -> RequestRecord:

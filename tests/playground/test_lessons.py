@@ -4,10 +4,10 @@ the panel puts the measured answer next to the guess."""
 from dataclasses import replace
 
 from engine.telemetry import Totals
-from playground.board import LaneStats
-from playground.lessons import LESSONS, render_lesson
-from playground.requests import RequestRecord
-from playground.scenarios import SCENARIOS
+from playground.board.state import LaneStats
+from playground.handles import RequestRecord
+from playground.teaching.lessons import LESSONS, render_lesson
+from playground.workload.scenarios import SCENARIOS
 from tests.playground.boards import busy_board, request, snapshot, step
 from tests.playground.test_scenarios import run_preset
 

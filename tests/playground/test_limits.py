@@ -3,7 +3,7 @@
 import pytest
 
 from engine import SamplingParams, StopReason
-from playground.limits import LimitExceeded, PublicLimits
+from playground.access.limits import LimitExceeded, PublicLimits
 from tests.playground.driving import settled
 
 GREEDY = dict(temperature=0.0, ignore_eos=True)

@@ -10,9 +10,9 @@ import time
 import pytest
 
 from engine import CompletionOutput, RequestMetrics, RequestOutput, StopReason
-from engine.openmp import off_thread
-from playground.outbox import Mailbox, Outbox, StreamInterval, merge, outputs, wait_sent
-from playground.requests import RequestHandle, RequestRejected
+from engine.cpu.openmp import off_thread
+from playground.handles import RequestHandle, RequestRejected
+from playground.server.outbox import Mailbox, Outbox, StreamInterval, merge, outputs, wait_sent
 from tests.playground.driving import loop_on_thread
 
 

@@ -3,9 +3,9 @@
 import pytest
 
 from engine import SamplingParams
-from playground import public
-from playground.limits import LimitExceeded
-from playground.requests import RequestRejected
+from playground.access import public
+from playground.access.limits import LimitExceeded
+from playground.handles import RequestRejected
 from tests.playground.driving import fixed, settled
 
 

@@ -5,9 +5,9 @@ import json
 import pytest
 
 from engine import EngineConfig, FieldError, SamplingParams
-from playground.replay import Replay
-from playground.rerun import ab, ab_table, compare_outputs, run_offline
-from playground.users import UserProfile, Workload
+from playground.record.replay import Replay
+from playground.record.rerun import ab, ab_table, compare_outputs, run_offline
+from playground.workload.users import UserProfile, Workload
 from tests.playground.driving import fixed, settled
 from tests.tiny_models import TINY_ENGINE
 

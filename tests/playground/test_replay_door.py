@@ -3,9 +3,9 @@
 import pytest
 
 from engine import EngineConfig, FieldError
-from playground.limits import PublicLimits
-from playground.replay import Replay
-from playground.replay_door import MAX_BOARD_REPLAY_REQUESTS, board_replay
+from playground.access.limits import PublicLimits
+from playground.record.replay import Replay
+from playground.record.replay_door import MAX_BOARD_REPLAY_REQUESTS, board_replay
 
 
 def _replay(num=2, **engine):

@@ -5,7 +5,7 @@ import queue
 import pytest
 
 from engine import StopReason
-from playground.requests import RequestHandle, RequestRejected, final_output
+from playground.handles import RequestHandle, RequestRejected, final_output
 
 
 def _out(text: str, finished: bool = False):

@@ -2,10 +2,10 @@
 
 import json
 
-from playground.board import BoardState, LaneStats
-from playground.requests import RequestRecord
-from playground.rewind import rewound_figures, rewound_state
-from playground.users import UserView
+from playground.board.state import BoardState, LaneStats
+from playground.handles import RequestRecord
+from playground.record.rewind import rewound_figures, rewound_state
+from playground.workload.users import UserView
 from tests.playground.boards import request, snapshot, step
 
 

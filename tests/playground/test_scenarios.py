@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from engine import EngineConfig, StopReason
-from playground.scenarios import SCENARIOS, Scenario
-from playground.users import (
+from playground.workload.scenarios import SCENARIOS, Scenario
+from playground.workload.users import (
     AllAtOnce,
     Bursts,
     Poisson,

@@ -2,8 +2,8 @@
 
 import pytest
 
-from playground.rate_limit import RateLimited, RateLimiter
-from playground.seat import ControlMode, Role, Seat, SeatPolicy
+from playground.access.rate_limit import RateLimited, RateLimiter
+from playground.access.seat import ControlMode, Role, Seat, SeatPolicy
 
 POLICY = SeatPolicy(term_s=30, idle_s=10, gone_s=3, burst=3, actions_per_s=1)
 

@@ -1,7 +1,7 @@
 """The seat banner's words for each role, the pause countdown, the seat button's label."""
 
-from playground.seat import ControlMode, Role, SeatView
-from playground.seat_banner import refusal, render_seat, seat_button
+from playground.access.seat import ControlMode, Role, SeatView
+from playground.access.seat_banner import refusal, render_seat, seat_button
 
 SEAT = ControlMode.SEAT
 

@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 
 from engine.telemetry import Totals
-from playground import stop_reasons as sr
+from playground.teaching import stop_reasons as sr
 from tests.playground.boards import request, snapshot, step
 
 

@@ -2,7 +2,7 @@
 
 import json
 
-from playground.trace import ENGINE_PID, REQUESTS_PID, TraceRecorder, chrome_trace
+from playground.record.trace import ENGINE_PID, REQUESTS_PID, TraceRecorder, chrome_trace
 from tests.playground.boards import request, step
 from tests.playground.driving import fixed
 

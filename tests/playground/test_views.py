@@ -9,8 +9,8 @@ import gradio as gr
 
 from engine.llm_engine import MAX_FINISHED_KEPT
 from engine.telemetry import MAX_LATENCY_SAMPLES, MAX_STEP_RECORDS
-from playground.charts import MAX_KV_CELLS
-from playground.views import (
+from playground.board.charts import MAX_KV_CELLS
+from playground.board.views import (
     COMPARE_KEYS,
     PLOT_KEYS,
     FigureCache,

@@ -5,10 +5,10 @@ from dataclasses import replace
 
 from engine import SequenceDetail, WaitingReason
 from engine.inspection import RequestDetail
-from playground import cards, charts
-from playground.inspector import render_inspector
-from playground.requests import RequestRecord
-from playground.why import preemption_cost, waiting_label
+from playground.board import cards, charts
+from playground.board.inspector import render_inspector
+from playground.handles import RequestRecord
+from playground.teaching.why import preemption_cost, waiting_label
 from tests.playground.boards import busy_board, request, snapshot, step
 
 

@@ -8,8 +8,8 @@ import pytest
 
 from engine import EngineConfig, StopReason
 from playground.driver import EngineDriver, RequestRejected
-from playground.outbox import outputs
-from playground.users import UserProfile, Workload
+from playground.server.outbox import outputs
+from playground.workload.users import UserProfile, Workload
 from tests.playground.driving import fixed, loop_on_thread, settled
 from tests.tiny_models import TINY_ENGINE
 

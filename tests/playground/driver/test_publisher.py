@@ -5,7 +5,7 @@ import time
 from playground.driver.clock import RunClock
 from playground.driver.lanes import Lane, Lanes
 from playground.driver.publisher import MAX_WATCHED, PUBLISH_INTERVAL, Publisher
-from playground.requests import Ledger
+from playground.handles import Ledger
 
 
 def test_a_board_state_comes_when_something_changed_and_not_too_often(make_engine):

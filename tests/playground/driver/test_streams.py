@@ -2,7 +2,7 @@
 
 from engine import StopReason
 from playground.driver.streams import Streams
-from playground.requests import RequestHandle, final_output
+from playground.handles import RequestHandle, final_output
 
 
 def _out(rid: str, finished: bool):

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from engine import SamplingParams, StopReason
-from playground.cards import render_alert
+from playground.board.cards import render_alert
 from playground.driver import EngineDriver
 
 GREEDY = dict(temperature=0.0, ignore_eos=True)

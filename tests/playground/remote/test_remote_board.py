@@ -11,11 +11,11 @@ import orjson
 import pytest
 
 from engine import SamplingParams
+from playground.board.views import _figures, board_values
 from playground.remote.engine import RemoteSnapshot
 from playground.remote.prometheus import finished_grown
 from playground.remote.views import render_banner
-from playground.scenarios import SCENARIOS
-from playground.views import _figures, board_values
+from playground.workload.scenarios import SCENARIOS
 from tests.api.server import wait_for
 from tests.playground.remote.conftest import close, remote_driver
 

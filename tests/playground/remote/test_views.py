@@ -10,8 +10,8 @@ import pytest
 import app
 from engine import SamplingParams
 from engine.telemetry import Totals
-from playground import public
-from playground.board import BoardState
+from playground.access import public
+from playground.board.state import BoardState
 from playground.remote import charts as remote_charts
 from playground.remote import views
 from playground.remote.connection import Health

@@ -6,7 +6,7 @@ import threading
 import gradio as gr
 from gradio import queueing
 
-from engine.openmp import off_thread
+from engine.cpu.openmp import off_thread
 from playground.ui import QUEUE_POLL_S, build_ui
 
 

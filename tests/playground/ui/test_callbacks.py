@@ -6,7 +6,7 @@ import time
 import gradio as gr
 import pytest
 
-from playground.seat import Seat
+from playground.access.seat import Seat
 from playground.ui import TICK_S, build_ui
 from playground.ui.callbacks import BoardCallbacks
 from playground.ui.controls import NUM_DRIVE_CONTROLS, Knobs

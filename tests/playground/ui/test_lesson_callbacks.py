@@ -5,7 +5,7 @@ import time
 
 import gradio as gr
 
-from playground.lessons import LESSONS
+from playground.teaching.lessons import LESSONS
 from playground.ui import build_ui
 from playground.ui.callbacks import BoardCallbacks
 from playground.ui.controls import Knobs

@@ -4,9 +4,9 @@ import json
 
 import gradio as gr
 
+from playground.board.views import FigureCache
 from playground.ui import build_ui
 from playground.ui.rewind import RewindCallbacks
-from playground.views import FigureCache
 from tests.playground.driving import fixed, settled
 
 

@@ -1,0 +1,73 @@
+"""What one visitor may ask of the shared engine through the public doors (board and HTTP API).
+
+The engine's own checks (SamplingParams, EngineConfig.max_waiting, the context window) keep
+it correct; these limits keep one visitor from taking a small shared CPU away from everybody
+else. Simulated users are not subject to them. Defaults suit a 2-vCPU Space; `app.py` flags
+change them.
+"""
+
+import math
+from dataclasses import dataclass, replace
+
+from engine import SamplingParams
+from playground.handles import RequestRejected
+
+
+class LimitExceeded(RequestRejected):
+    """A request past a public limit (code "limit_exceeded"); `message` is the text after the
+    field's name, for a door that calls the field something else."""
+
+    def __init__(self, field: str, message: str, status: int = 400):
+        super().__init__(f"{field}: {message}", field, status, code="limit_exceeded")
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class PublicLimits:
+    max_prompt_tokens: int = 2048
+    max_tokens: int = 512
+    max_n: int = 4
+    max_in_flight: int = 4  # unfinished requests per visitor (browser session, API client)
+    default_timeout_s: float | None = 300.0  # for requests that set none; None = never
+
+    def __post_init__(self):
+        for name in ("max_prompt_tokens", "max_tokens", "max_n", "max_in_flight"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        t = self.default_timeout_s
+        if t is not None and (
+            isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t <= 0
+        ):
+            raise ValueError(f"default_timeout_s must be a number > 0 or None, got {t!r}")
+
+    def check(self, params: SamplingParams, num_prompt_tokens: int) -> SamplingParams:
+        """`params` with the default timeout filled in; LimitExceeded past a limit."""
+        if num_prompt_tokens > self.max_prompt_tokens:
+            raise LimitExceeded(
+                "prompt",
+                f"{num_prompt_tokens} tokens; this playground takes at most "
+                f"{self.max_prompt_tokens}",
+            )
+        if params.max_tokens > self.max_tokens:
+            allowed = f"this playground allows at most {self.max_tokens}"
+            raise LimitExceeded("max_tokens", f"{params.max_tokens}; {allowed}")
+        if params.n > self.max_n:
+            raise LimitExceeded("n", f"{params.n}; this playground allows at most {self.max_n}")
+        if params.beam_width > self.max_n:  # a beam costs what a completion does
+            raise LimitExceeded(
+                "beam_width", f"{params.beam_width}; this playground allows at most {self.max_n}"
+            )
+        if params.timeout_s is None and self.default_timeout_s is not None:
+            params = replace(params, timeout_s=float(self.default_timeout_s))
+        return params
+
+
+def in_flight_error(in_flight: int, max_in_flight: int) -> LimitExceeded:
+    """The refusal of one request too many in flight (HTTP 429)."""
+    return LimitExceeded(
+        "requests",
+        f"you already have {in_flight} unfinished (at most {max_in_flight} at a time); "
+        "wait for one to finish or cancel it",
+        status=429,
+    )

@@ -1,0 +1,75 @@
+"""The public door: how a visitor (the board) or an API client asks the shared engine.
+
+Both come through here. The prompt is tokenized once (the engine gets the token ids, the
+board a preview of the prompt); the sampling fields become SamplingParams; the public limits
+(playground/access/limits.py) apply, and the driver counts the owner's requests in flight on its own
+thread. Whatever is refused raises one RequestRejected whose `field` names what to change
+(`status` and `code` say why). Simulated users do not come through this door.
+"""
+
+from engine import FieldError, SamplingParams
+from engine.request_input import tokenize_prompt
+from playground.driver import EngineDriver
+from playground.handles import RequestHandle, RequestRejected, preview
+
+SUBMIT_TIMEOUT_S = 30.0  # for the driver to take the request
+
+
+def tokenize(driver: EngineDriver, prompt) -> list[int] | None:
+    """The prompt's token ids (chat messages through the chat template); None on a board over
+    a remote server, which has no tokenizer here: the prompt goes as it is."""
+    if driver.tokenizer is None:
+        return None
+    try:
+        _, token_ids = tokenize_prompt(driver.tokenizer, prompt)
+    except ValueError as exc:
+        raise RequestRejected(str(exc), "prompt") from None
+    return token_ids
+
+
+def sampling_params(**fields) -> SamplingParams:
+    try:
+        return SamplingParams(**fields)
+    except FieldError as exc:
+        raise RequestRejected(str(exc), exc.field) from None
+
+
+def submit(
+    driver: EngineDriver,
+    prompt,
+    token_ids: list[int] | None,
+    params: SamplingParams,
+    owner: str,
+    request_id: str | None = None,
+    priority: int = 0,
+    wait: bool = True,
+) -> RequestHandle:
+    """Queue a tokenized prompt within the public limits; blocks until the engine has it
+    (wait=False: the caller awaits `handle.accepted`, SUBMIT_TIMEOUT_S at most). token_ids
+    None (a remote server's board): `prompt` is sent, and the server's own context check
+    stands in for the prompt-token limit.
+
+    concurrent.futures.TimeoutError if the driver does not take it within SUBMIT_TIMEOUT_S.
+    """
+    params = driver.limits.check(params, len(token_ids) if token_ids is not None else 0)
+    max_waiting = driver.config.max_waiting
+    if driver.snapshot().num_waiting >= max_waiting:  # the engine would refuse it too
+        message = f"the waiting queue is full ({max_waiting} requests); retry later"
+        raise RequestRejected(message, "requests", status=429, code="queue_full")
+    return driver.submit(
+        token_ids if token_ids is not None else prompt,
+        params,
+        request_id=request_id,
+        owner=owner,
+        label=preview(prompt),
+        priority=priority,
+        max_in_flight=driver.limits.max_in_flight,
+        wait=wait,
+        timeout=SUBMIT_TIMEOUT_S,
+    )
+
+
+def submit_text(driver: EngineDriver, text: str, params: SamplingParams, owner: str):
+    """A visitor's text, sent as one user turn of a chat."""
+    messages = [{"role": "user", "content": text}]
+    return submit(driver, messages, tokenize(driver, messages), params, owner)

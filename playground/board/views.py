@@ -1,0 +1,106 @@
+"""What the board's timer and redraws return: HTML and chart JSON for one BoardState.
+
+Pure of Gradio state except gr.skip(); the charts are built once per board version and
+shared by every session (FigureCache), and each session is sent only the charts it lacks,
+as one JSON object that the page's assets/charts.js draws into the gr.Plot placeholders.
+"""
+
+import threading
+
+import gradio as gr
+
+from playground.board import cards, charts
+from playground.board.inspector import render_inspector
+from playground.board.state import BoardState
+from playground.remote import views as remote
+
+
+class FigureCache:
+    """Charts of the latest board version, built once and shared by every session.
+
+    Each chart also has a revision that moves only when its JSON changes, so a session is
+    sent a chart only when it differs from the one it has (the browser redraws every chart
+    it receives, which costs far more than building it).
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._version = -1
+        self._plots: dict[str, str] = {}  # chart -> its figure's JSON
+        self._revisions: dict[str, int] = {}
+
+    def get(self, state: BoardState) -> tuple[dict[str, str], dict[str, int]]:
+        with self._lock:
+            if state.version != self._version:
+                for key, plot in _figures(state).items():
+                    old = self._plots.get(key)
+                    if old != plot:
+                        self._plots[key] = plot
+                        self._revisions[key] = self._revisions.get(key, 0) + 1
+                self._version = state.version
+            return self._plots, dict(self._revisions)
+
+
+def _figures(state: BoardState) -> dict[str, str]:
+    """Every chart of the board, as the figure JSON plotly.js draws (built without go.Figure)."""
+    if remote.is_remote(state):
+        return {k: charts.as_json(v) for k, v in remote.figures(state).items()}
+    snap = state.snapshot
+    labels, colours = cards.request_labels(state), cards.request_colours(state)
+    specs = {
+        "queue": charts.queue_spec(snap),
+        "batch": charts.batch_spec(snap),
+        "timeline": charts.timeline_spec(snap, labels),
+        "kv": charts.kv_block_spec(snap, colours),
+        "waiting": charts.waiting_reason_spec(snap),
+        "stops": charts.stop_reason_spec(snap),
+        "latency": charts.latency_spec(snap),
+        "tput": charts.throughput_spec(snap),
+    }
+    if state.compare:
+        for i, lane in enumerate(state.lanes[:2]):
+            s = state.snapshots[lane]
+            specs[f"cmp_queue{i}"] = charts.queue_spec(s, f"{lane}: queues")
+            specs[f"cmp_batch{i}"] = charts.batch_spec(s, f"{lane}: tokens per step")
+    return {k: charts.as_json(v) for k, v in specs.items()}
+
+
+PLOT_KEYS = ("queue", "batch", "timeline", "kv", "waiting", "stops", "latency", "tput")
+COMPARE_KEYS = ("cmp_queue0", "cmp_queue1", "cmp_batch0", "cmp_batch1")
+
+
+def _plots(state: BoardState, cache: FigureCache, keys, sent: dict | None) -> list:
+    """This session's updated `sent`, then the charts it lacks as one JSON object
+    {chart: figure} (gr.skip() when it has them all)."""
+    plots, revisions = cache.get(state)
+    sent = dict(sent or {})
+    parts = []
+    for key in keys:
+        if key in plots and sent.get(key) != revisions[key]:
+            parts.append(f'"{key}":{plots[key]}')
+            sent[key] = revisions[key]
+    return [sent, "{" + ",".join(parts) + "}" if parts else gr.skip()]
+
+
+def board_values(state: BoardState, me: str | None, rid, deltas) -> list:
+    """A redraw of the text: stats, cards, step log, inspector, scoreboard."""
+    if remote.is_remote(state):
+        return remote.board_values(state, me)
+    detail = state.details.get(rid) if rid else None
+    return [
+        cards.render_stats(state),
+        cards.render_cards(state, me),
+        cards.render_step_log(state, me),
+        render_inspector(detail, deltas, rid),
+        cards.render_scoreboard(state),
+    ]
+
+
+def chart_values(state: BoardState, cache: FigureCache, sent: dict | None = None) -> list:
+    """A redraw of the charts: charts sent, then the figures the session lacks, per `sent`."""
+    return _plots(state, cache, PLOT_KEYS, sent)
+
+
+def compare_values(state: BoardState, cache: FigureCache, sent: dict | None = None) -> list:
+    """A redraw of the compare tab's charts: charts sent, then the figures it lacks."""
+    return _plots(state, cache, COMPARE_KEYS, sent)

@@ -1,0 +1,418 @@
+"""The OpenAI wire format: request bodies, error shapes and response objects.
+
+playground/server/api.py serves it over HTTP; this file knows the protocol, not the driver.
+"""
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import accumulate
+from typing import Annotated, Literal
+
+from fastapi.responses import JSONResponse
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
+
+from engine import SamplingParams, StopReason
+from engine.loader import DEFAULT_HUB_ID
+from engine.sampling_params import (
+    MAX_BEAM_WIDTH,
+    MAX_LOGPROBS,
+    MAX_N,
+    MAX_STOP_STRING_LEN,
+    MAX_STOP_STRINGS,
+)
+
+FINISH_REASONS = {  # engine StopReason -> finish_reason: OpenAI's values, and vLLM's "abort"
+    StopReason.EOS: "stop",
+    StopReason.STOP_WORD: "stop",
+    StopReason.MAX_TOKENS: "length",
+    StopReason.LENGTH: "length",
+    StopReason.CANCELLED: "abort",  # client gone, board reset, preset started
+    StopReason.TIMEOUT: "abort",  # its timeout_s ran out
+}  # StopReason.ERROR has none: as in vLLM, a failed request answers 500 (streamed: an error event)
+MIN_LOGPROB = -9999.0
+UNSUPPORTED = {  # OpenAI fields this engine cannot honour -> values that mean "not used"
+    "presence_penalty": (0,),
+    "frequency_penalty": (0,),
+    "logit_bias": ({},),
+    "tools": ([],),
+    "functions": ([],),
+    "response_format": ({"type": "text"},),
+    "echo": (False,),
+    "suffix": ("",),
+    "best_of": (1,),
+}
+IGNORED = {  # OpenAI fields that do not change the output: accepted and not used
+    "user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier",
+    "parallel_tool_calls", "tool_choice", "modalities",
+}  # fmt: skip
+
+
+# -- errors
+class APIError(Exception):
+    """Answered as OpenAI does: {"error": {"message", "type", "param", "code"}}."""
+
+    def __init__(self, status: int, message: str, param=None, code=None, type=None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+        self.type = type or "invalid_request_error"
+
+    def body(self) -> dict:
+        error = {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
+        return {"error": error}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status)
+
+
+def not_ready() -> APIError:
+    message = "the engine is not serving (not started yet, or stopped); retry later"
+    return APIError(503, message, code="model_not_ready", type="service_unavailable_error")
+
+
+def unauthorized(key_given: bool) -> APIError:
+    message = (
+        "Incorrect API key provided"
+        if key_given
+        else ("You didn't provide an API key: send it as `Authorization: Bearer <key>`")
+    )
+    return APIError(401, message, code="invalid_api_key")
+
+
+def queue_full(max_waiting: int) -> APIError:
+    message = f"the waiting queue is full ({max_waiting} requests); retry later"
+    return APIError(429, message, code="queue_full", type="rate_limit_error")
+
+
+def validation_error(exc: ValidationError) -> APIError:
+    """The first problem of each field, with `param` naming the first field."""
+    seen: dict[str, str] = {}
+    for err in exc.errors():
+        param = param_of(err["loc"])
+        if param in seen:
+            continue
+        if err["type"] == "missing":
+            seen[param] = f"{param} is required"
+        else:
+            seen[param] = f"{param}: {err['msg']}, got {err.get('input')!r:.80}"
+    first = next(iter(seen))
+    return APIError(400, "; ".join(list(seen.values())[:3]), param=first)
+
+
+def param_of(loc) -> str:
+    """("messages", 0, "content", "str") -> "messages[0].content" (union tags dropped)."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part.isidentifier() and part not in {"str", "int", "float", "bool", "list", "dict"}:
+            out += f".{part}" if out else part
+    return out or "body"
+
+
+# -- request bodies
+StopString = Annotated[str, Field(min_length=1, max_length=MAX_STOP_STRING_LEN)]
+
+
+class RequestBody(BaseModel):
+    """Fields shared by both routes. A field that is neither here, nor UNSUPPORTED, nor
+    IGNORED is refused by the route (400 naming it), as OpenAI refuses an unrecognized
+    argument; inside messages, unknown keys are ignored. Types are strict, as the OpenAPI
+    document says (`"1"` is not a number, `1` not a boolean)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    model: str | None = None  # None: the served model
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    temperature: float = Field(1.0, ge=0.0, le=2.0)  # OpenAI's range and default
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=-1)  # vLLM extension; 0 or -1 = off
+    min_p: float = Field(0.0, ge=0.0, le=1.0)  # vLLM extension
+    repetition_penalty: float = Field(1.0, gt=0.0)  # vLLM extension
+    stop: StopString | Annotated[list[StopString], Field(max_length=MAX_STOP_STRINGS)] = Field(
+        default_factory=list
+    )
+    stop_token_ids: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)  # vLLM's
+    ignore_eos: bool = False  # vLLM extension
+    seed: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
+    n: int = Field(1, ge=1, le=MAX_N)
+    priority: int = 0  # vLLM extension: lower runs first (the engine's policy "priority")
+    stream: bool = False
+    stream_options: "StreamOptions | None" = None
+    # vLLM extension: new tokens per streamed chunk; raises the server's --stream-interval
+    stream_interval: Annotated[int, Field(ge=1)] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_nulls(cls, data):
+        """An explicit null means "the default", as OpenAI treats it; and 3.0 is the integer 3,
+        as JSON Schema counts it (3.5 stays a float, which an integer field refuses)."""
+        if not isinstance(data, dict):
+            return data
+        return {k: _whole(v) for k, v in data.items() if v is not None}
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream and self.stream_options and self.stream_options.include_usage)
+
+    def check(self) -> None:
+        """Fields that only make sense together (APIError naming the field, as OpenAI does)."""
+        if self.stream_options is not None and not self.stream:
+            message = "stream_options is only allowed when stream is true"
+            raise APIError(400, message, param="stream_options")
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    include_usage: bool = False
+
+
+def _whole(value):
+    """`value` with its integer-valued floats as ints, in lists too."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return [_whole(v) for v in value] if isinstance(value, list) else value
+
+
+class ContentPart(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    type: Literal["text"]  # the only part a text model reads
+    text: str
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+
+
+RequestBody.model_rebuild()
+
+
+class ChatCompletionRequest(RequestBody):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None  # newer max_tokens
+    logprobs: bool = False
+    top_logprobs: int = Field(0, ge=0, le=MAX_LOGPROBS)
+
+    def check(self) -> None:
+        super().check()
+        if self.top_logprobs and not self.logprobs:  # 0 asks for nothing: let it pass, as vLLM
+            message = "top_logprobs is only allowed when logprobs is true"
+            raise APIError(400, message, param="top_logprobs")
+
+
+class CompletionRequest(RequestBody):
+    prompt: str | list[int] | list[str] | list[list[int]]
+    logprobs: Annotated[int, Field(ge=0, le=MAX_LOGPROBS)] | None = None
+    # vLLM's beam search extension: best_of (default n) beams, the n best returned
+    use_beam_search: bool = False
+    best_of: Annotated[int, Field(ge=1, le=MAX_BEAM_WIDTH)] | None = None
+    length_penalty: float = 1.0
+
+    def check(self) -> None:
+        super().check()
+        if not self.use_beam_search and self.best_of not in (None, self.n):
+            message = "best_of other than n is only supported with use_beam_search"
+            raise APIError(400, message, param="best_of", code="unsupported_parameter")
+        if self.use_beam_search and (self.best_of or self.n) < 2:
+            message = "best_of must be >= 2 with use_beam_search (the number of beams; default n)"
+            raise APIError(400, message, param="best_of")
+
+    def beam_fields(self) -> dict:
+        """The SamplingParams fields of the beam search extension (temperature 0 unless
+        the client set one, which beam search then refuses)."""
+        if not self.use_beam_search:
+            return {"length_penalty": self.length_penalty}
+        fields = {"beam_width": self.best_of or self.n, "length_penalty": self.length_penalty}
+        if "temperature" not in self.model_fields_set:
+            fields["temperature"] = 0.0
+        return fields
+
+
+# -- OpenAI response objects
+@dataclass(slots=True)
+class CompletionJob:
+    """A validated request, ready for the driver."""
+
+    chat: bool
+    request_id: str
+    model: str
+    prompt: str | list[int] | list[dict]
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    num_top_logprobs: int | None  # None: no logprobs asked
+    priority: int
+    stream: bool
+    include_usage: bool
+    created: int
+
+
+class ResponseTracker:
+    """Turns one request's RequestOutputs into OpenAI objects; remembers what was sent."""
+
+    def __init__(self, job: CompletionJob, decode: Callable[[list[int]], str]):
+        self.job = job
+        self.decode = decode  # token ids -> text: which stop string ended a completion
+        n = job.params.n
+        self.num_tokens = [0] * n  # per choice: tokens seen (and logprobs sent)
+        self.started = [False] * n
+        self.done = [False] * n
+        self.text_offset = [0] * n  # completions' logprobs: characters sent so far
+        self.num_prompt_tokens = len(job.prompt_token_ids)
+        self.num_cached_tokens = 0
+        self.finished = False  # the request's last output was seen
+
+    def update(self, out) -> None:
+        self.finished |= out.finished
+        if out.prompt_token_ids:  # the driver's made-up last outputs have none
+            self.num_prompt_tokens = len(out.prompt_token_ids)
+            self.num_cached_tokens = out.metrics.num_cached_tokens
+        for c in out.outputs:
+            self.num_tokens[c.index] = max(self.num_tokens[c.index], len(c.token_ids))
+
+    def usage(self) -> dict:
+        completion = sum(self.num_tokens)
+        return {
+            "prompt_tokens": self.num_prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": self.num_prompt_tokens + completion,
+            "prompt_tokens_details": {"cached_tokens": self.num_cached_tokens},
+        }
+
+    def envelope(self, choices: list, usage=None) -> dict:
+        job = self.job
+        obj = "text_completion"
+        if job.chat:
+            obj = "chat.completion.chunk" if job.stream else "chat.completion"
+        out = {"id": job.request_id, "object": obj, "created": job.created, "model": job.model}
+        out["choices"] = choices
+        if usage is not None or job.include_usage:  # streamed: null until the last chunk
+            out["usage"] = usage
+        return out
+
+    def chunks(self, out) -> list[dict]:
+        """The stream chunks one RequestOutput adds (one per choice that changed)."""
+        first = self.num_tokens[:]
+        self.update(out)
+        chunks = []
+        for c in out.outputs:
+            i = c.index
+            if self.done[i]:
+                continue
+            finish = self._finish(c)
+            logprobs = self._logprobs(c, first[i])
+            if not (c.delta or c.finished or logprobs or not self.started[i]):
+                continue
+            if self.job.chat:
+                delta = {"content": c.delta}
+                if not self.started[i]:
+                    delta = {"role": "assistant", **delta}
+                choice = {"index": i, "delta": delta, "logprobs": logprobs}
+            else:
+                choice = {"index": i, "text": c.delta, "logprobs": logprobs}
+            choice.update(finish)
+            self.started[i], self.done[i] = True, c.finished
+            chunks.append(self.envelope([choice]))
+        return chunks
+
+    def response(self, out) -> dict:
+        """The non-streamed answer, from the request's last output."""
+        choices = []
+        for c in out.outputs:
+            if self.job.chat:
+                body = {"message": {"role": "assistant", "content": c.text}}
+            else:
+                body = {"text": c.text}
+            body.update(logprobs=self._logprobs(c, 0), **self._finish(c))
+            choices.append({"index": c.index, **body})
+        return self.envelope(choices, usage=self.usage())
+
+    def _finish(self, c) -> dict:
+        """A choice's finish fields: OpenAI's `finish_reason`, vLLM's `stop_reason` (the stop
+        string or stop token id that ended it) and the engine's own `engine_stop_reason`.
+        APIError 500 for a completion whose forward failed, as vLLM answers its "error"."""
+        if c.stop_reason is StopReason.ERROR:
+            message = "generating this request failed in the engine (the server log says why)"
+            raise APIError(500, message, code="engine_error", type="server_error")
+        return {
+            "finish_reason": FINISH_REASONS[c.stop_reason] if c.finished else None,
+            "stop_reason": self._matched_stop(c),
+            "engine_stop_reason": c.stop_reason.value if c.finished else None,
+        }
+
+    def _matched_stop(self, c) -> int | str | None:
+        """vLLM's `stop_reason`: None unless a stop token or stop string ended the completion."""
+        if c.stop_reason is not StopReason.STOP_WORD:
+            return None
+        params = self.job.params
+        if c.token_ids and c.token_ids[-1] in params.stop_token_ids:
+            return c.token_ids[-1]
+        text = self.decode(c.token_ids)  # the text before it was cut at the stop string
+        found = [(text.find(s), i) for i, s in enumerate(params.stop) if s in text]
+        return params.stop[min(found)[1]] if found else None
+
+    def _logprobs(self, c, start: int) -> dict | None:
+        """Logprobs of the completion's tokens from `start` on, in the route's format."""
+        k = self.job.num_top_logprobs
+        entries = list(zip(c.token_ids[start:], (c.logprobs or [])[start:], strict=False))
+        if k is None or not entries:
+            return None
+        chosen = [d[tid] for tid, d in entries]
+        tops = [top_alternatives(d, k) for _, d in entries]
+        if self.job.chat:
+            content = [
+                {**logprob_entry(lp), "top_logprobs": [logprob_entry(t) for t in top]}
+                for lp, top in zip(chosen, tops, strict=True)
+            ]
+            return {"content": content}
+        offsets = list(accumulate((len(lp.decoded_token) for lp in chosen),
+                                  initial=self.text_offset[c.index]))  # fmt: skip
+        self.text_offset[c.index] = offsets.pop()
+        return {
+            "tokens": [lp.decoded_token for lp in chosen],
+            "token_logprobs": [finite(lp.logprob) for lp in chosen],
+            "top_logprobs": [{t.decoded_token: finite(t.logprob) for t in top} for top in tops],
+            "text_offset": offsets,
+        }
+
+
+def top_alternatives(d: dict, k: int) -> list:
+    """The k most likely of a token's Logprobs (the sampled one comes first in the dict)."""
+    return sorted(d.values(), key=lambda lp: lp.rank)[:k]
+
+
+def logprob_entry(lp) -> dict:
+    return {"token": lp.decoded_token, "logprob": finite(lp.logprob),
+            "bytes": list(lp.decoded_token.encode("utf-8"))}  # fmt: skip
+
+
+def finite(logprob: float) -> float:
+    """JSON has no -inf (nor NaN): vLLM's floor, -9999.0, for a token the model rules out."""
+    return logprob if logprob > MIN_LOGPROB else MIN_LOGPROB
+
+
+# -- the model's name
+def served_model_names(model) -> tuple[str, ...]:
+    """The names the API serves a model under, the one it answers with first: the short name
+    (a hub id's last part, a directory's name, the bundled GGUF's model name without the
+    loader's cache suffixes), then the hub id it is known by, if any."""
+    path = getattr(model.config, "_name_or_path", "") or ""
+    if not path:
+        return (model.config.model_type,)
+    if not os.path.isdir(path):  # a hub id
+        return tuple(dict.fromkeys((path.rsplit("/", 1)[-1], path)))
+    name = os.path.basename(os.path.normpath(path))
+    name = re.sub(r"-\d{4,}-(?:[0-9a-f]{16}|\d{10,})$", "", name)  # engine/loader.py's
+    # conversion cache: <gguf stem>-<size>-<16 hex of hash> (older: -<size>-<mtime ns>)
+    name = re.sub(r"\.(?:I?Q\d\w*|F16|F32|BF16)$", "", name)  # the GGUF's quantization tag
+    if name == DEFAULT_HUB_ID.rsplit("/", 1)[-1]:  # the bundled copy of the default model
+        return name, DEFAULT_HUB_ID
+    return (name,)
