@@ -1,7 +1,7 @@
 """Pure functions: an EngineSnapshot (plus plain dicts) in, a Plotly figure out.
 
 No gradio, no globals that change. Each chart is a `*_spec` function that returns the plain
-figure dict (what plotly.js draws) and a `*_figure` twin that wraps it in a go.Figure. The
+figure dict (what plotly.js draws); `as_figure` wraps one in a go.Figure (tests, notebooks). The
 board sends `as_json(spec)` straight to the browser: building a go.Figure deep-copies every
 array and costs ~2 ms a chart, the dict costs ~0.2 ms. A tiny template of our own replaces
 the stock one, which would add ~10 kB of theme JSON to every chart.
@@ -398,35 +398,3 @@ def as_figure(spec: dict) -> go.Figure:
 def as_json(spec: dict) -> str:
     """The figure's JSON, ~100x faster than go.Figure(spec).to_json() (no deep copies)."""
     return orjson.dumps({**spec, "config": PLOTLY_CONFIG}).decode()
-
-
-def queue_figure(snap: EngineSnapshot, title: str = "Queues over time") -> go.Figure:
-    return as_figure(queue_spec(snap, title))
-
-
-def batch_figure(snap: EngineSnapshot, title: str = "Tokens per step") -> go.Figure:
-    return as_figure(batch_spec(snap, title))
-
-
-def timeline_figure(snap: EngineSnapshot, labels=None, title="Request timeline") -> go.Figure:
-    return as_figure(timeline_spec(snap, labels, title))
-
-
-def waiting_reason_figure(snap: EngineSnapshot, title: str = "Waiting, by reason") -> go.Figure:
-    return as_figure(waiting_reason_spec(snap, title))
-
-
-def stop_reason_figure(snap: EngineSnapshot, title: str = "Why requests stopped") -> go.Figure:
-    return as_figure(stop_reason_spec(snap, title))
-
-
-def kv_block_figure(snap: EngineSnapshot, colours=None, title=None) -> go.Figure:
-    return as_figure(kv_block_spec(snap, colours, title))
-
-
-def latency_figure(snap: EngineSnapshot, title: str = "Latency") -> go.Figure:
-    return as_figure(latency_spec(snap, title))
-
-
-def throughput_figure(snap: EngineSnapshot, title: str = "Tokens per second") -> go.Figure:
-    return as_figure(throughput_spec(snap, title))

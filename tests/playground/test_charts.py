@@ -21,7 +21,9 @@ def test_queue_figure_stacks_finished_running_waiting():
         step(2, waiting=1, running=2, events=[("admitted", "a"), ("admitted", "b")]),
         step(3, waiting=0, running=2, events=[("finished", "a", "eos"), ("aborted", "c")]),
     ]
-    fig = charts.queue_figure(snapshot(steps=steps, totals=Totals(num_requests_finished=5)))
+    fig = charts.as_figure(
+        charts.queue_spec(snapshot(steps=steps, totals=Totals(num_requests_finished=5)))
+    )
     assert [t.name for t in fig.data] == ["finished", "running", "waiting"]
     assert all(t.stackgroup == "q" for t in fig.data)
     assert list(_trace(fig, "waiting").y) == [3, 1, 0]
@@ -33,13 +35,13 @@ def test_queue_figure_stacks_finished_running_waiting():
 
 def test_queue_figure_counts_n_completions_of_one_request_once():
     events = [("finished", "a", "eos"), ("finished", "a", "max_tokens")]
-    fig = charts.queue_figure(snapshot(steps=[step(1, events=events)]))
+    fig = charts.as_figure(charts.queue_spec(snapshot(steps=[step(1, events=events)])))
     assert list(_trace(fig, "finished").y) == [0]  # totals say 0: window starts at -1 + 1
 
 
 def test_batch_figure_prefill_decode_and_budget():
     steps = [step(1, prefill=60, budget=64), step(2, prefill=20, decode=4, budget=64)]
-    fig = charts.batch_figure(snapshot(steps=steps))
+    fig = charts.as_figure(charts.batch_spec(snapshot(steps=steps)))
     assert list(_trace(fig, "prefill").y) == [60, 20]
     assert list(_trace(fig, "decode").y) == [0, 4]
     assert list(_trace(fig, "budget").y) == [64, 64]
@@ -54,7 +56,9 @@ def test_timeline_phases_preemption_and_stop_marker():
         request("b", status="waiting", arrival=2.0),
     ]
     steps = [step(1, start=1.0), step(30, start=3.0, events=[("preempted", "a")])]
-    fig = charts.timeline_figure(snapshot(steps=steps, requests=reqs), {"a": "a · Ada"})
+    fig = charts.as_figure(
+        charts.timeline_spec(snapshot(steps=steps, requests=reqs), {"a": "a · Ada"})
+    )
     waiting, prefill, decode = (_trace(fig, n) for n in ("waiting", "prefill", "decode"))
     assert list(waiting.y) == ["a · Ada", "b"]
     assert list(waiting.base) == [0.0, 1.0]
@@ -69,7 +73,7 @@ def test_timeline_phases_preemption_and_stop_marker():
 
 def test_stop_reason_counts_in_fixed_order():
     totals = Totals(stop_reasons={"eos": 3, "cancelled": 1})
-    fig = charts.stop_reason_figure(snapshot(totals=totals))
+    fig = charts.as_figure(charts.stop_reason_spec(snapshot(totals=totals)))
     bar = fig.data[0]
     assert list(bar.x) == list(charts.STOP_COLOURS)
     assert dict(zip(bar.x, bar.y, strict=True))["eos"] == 3
@@ -80,7 +84,7 @@ def test_stop_reason_counts_in_fixed_order():
 def test_kv_block_map_owners_shared_cached_free():
     reqs = [request("a", blocks=[0, 1, 2]), request("b", blocks=[2, 5])]
     snap = snapshot(requests=reqs, blocks=16, used=4, cached=1, cached_ids=(7,))
-    fig = charts.kv_block_figure(snap, {"a": "#ff0000", "b": "#00ff00"})
+    fig = charts.as_figure(charts.kv_block_spec(snap, {"a": "#ff0000", "b": "#00ff00"}))
     heat = fig.data[0]
     cells = [v for row in heat.z for v in row]
     text = [v for row in heat.text for v in row]
@@ -101,7 +105,9 @@ def test_kv_block_map_shows_blocks_beams_share_and_the_copies_they_wrote():
     beam = replace(request("req-7", blocks=tables[0]), beam_width=3, beams=beams,
                    seq_block_tables=tables, copied_blocks=((3, 2, 41), (6, 2, 41)))  # fmt: skip
     reqs = [beam, request("b", blocks=[9])]
-    fig = charts.kv_block_figure(snapshot(requests=reqs, blocks=16, used=6), {"req-7": "#ff0000"})
+    fig = charts.as_figure(
+        charts.kv_block_spec(snapshot(requests=reqs, blocks=16, used=6), {"req-7": "#ff0000"})
+    )
     heat = fig.data[0]
     cells = [v for row in heat.z for v in row]
     text = [v for row in heat.text for v in row]
@@ -116,35 +122,35 @@ def test_kv_block_map_shows_blocks_beams_share_and_the_copies_they_wrote():
     names = [t.name for t in fig.data[1:]]
     assert "shared, ref count > 1 (2)" in names and "copied on write (2)" in names
     forked = replace(beam, seq_block_tables=((0, 1, 2), (0, 1, 2), (0, 1, 6)))  # not written yet
-    text = [v for row in charts.kv_block_figure(snapshot(requests=[forked])).data[0].text
-            for v in row]  # fmt: skip
+    fig = charts.as_figure(charts.kv_block_spec(snapshot(requests=[forked])))
+    text = [v for row in fig.data[0].text for v in row]
     assert text[2] == "block 2: shared by 2 beams of req-7"
 
 
 def test_kv_block_map_caps_huge_pools():
-    fig = charts.kv_block_figure(snapshot(blocks=100_000))
+    fig = charts.as_figure(charts.kv_block_spec(snapshot(blocks=100_000)))
     assert sum(v is not None for row in fig.data[0].z for v in row) == charts.MAX_KV_CELLS
 
 
 def test_latency_in_milliseconds():
-    fig = charts.latency_figure(snapshot(ttfts=[0.1, 0.3], tpots=[0.02]))
+    fig = charts.as_figure(charts.latency_spec(snapshot(ttfts=[0.1, 0.3], tpots=[0.02])))
     assert list(_trace(fig, "TTFT").x) == pytest.approx([100, 300])
     assert list(_trace(fig, "TPOT").x) == pytest.approx([20])
 
 
 def test_throughput_rolls_over_wall_time():
     steps = [step(n, start=n * 0.5, duration=0.5, decode=4) for n in range(1, 5)]
-    fig = charts.throughput_figure(snapshot(steps=steps))
+    fig = charts.as_figure(charts.throughput_spec(snapshot(steps=steps)))
     gen = _trace(fig, "generated")
     assert list(gen.y) == pytest.approx([8.0] * 4)  # 4 tokens per 0.5 s
 
 
 def test_empty_snapshot_draws_every_chart():
     snap = snapshot()
-    for fn in (charts.queue_figure, charts.batch_figure, charts.timeline_figure,
-               charts.stop_reason_figure, charts.kv_block_figure, charts.latency_figure,
-               charts.throughput_figure):  # fmt: skip
-        fn(snap).to_json()
+    for fn in (charts.queue_spec, charts.batch_spec, charts.timeline_spec,
+               charts.stop_reason_spec, charts.kv_block_spec, charts.latency_spec,
+               charts.throughput_spec):  # fmt: skip
+        charts.as_figure(fn(snap)).to_json()
 
 
 def test_a_refresh_keeps_the_visitors_zoom_even_when_the_title_moves():
@@ -180,7 +186,7 @@ def test_spec_json_is_the_figure_json():
     snap = busy_board(num_users=3, num_steps=10).snapshot
     spec = charts.batch_spec(snap)
     from_json = json.loads(charts.as_json(spec))
-    from_fig = json.loads(charts.batch_figure(snap).to_json())
+    from_fig = json.loads(charts.as_figure(charts.batch_spec(snap)).to_json())
     assert from_json["data"] == from_fig["data"]
     assert len(from_json["data"][0]["y"]) == len(snap.steps)
     assert len(charts.batch_spec(busy_board(num_steps=500).snapshot)["data"][0]["x"]) == (

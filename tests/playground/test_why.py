@@ -69,7 +69,7 @@ def test_the_waiting_chart_stacks_each_step_by_reason():
     assert by_name == {"no free KV blocks": [1, 0, 0], "preempted, recompute pending": [0, 1, 0],
                        "waiting-queue order": [2, 0, 0]}  # fmt: skip
     assert spec["layout"]["barmode"] == "stack"
-    charts.waiting_reason_figure(snapshot(steps=steps))  # a valid plotly figure
+    charts.as_figure(charts.waiting_reason_spec(snapshot(steps=steps)))  # a valid plotly figure
 
 
 def _seq(**kw):
