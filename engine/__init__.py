@@ -1,9 +1,10 @@
 """A small vLLM-style inference engine: continuous batching over a paged KV cache."""
 
-import engine.cpu.openmp  # noqa: F401 - first: it loads torch with the engine's OpenMP setting
+import engine.cpu  # noqa: F401 - first: it loads torch with the engine's OpenMP setting
 from engine.config import EngineConfig
 from engine.inspection import RequestDetail, SequenceDetail
-from engine.llm_engine import LLMEngine, QueueFullError
+from engine.intake import QueueFullError
+from engine.llm_engine import LLMEngine
 from engine.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.sequence import SequenceStatus, StopReason

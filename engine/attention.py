@@ -69,7 +69,7 @@ class AttentionContext:
     prefills: list[PrefillChunk]
     # where gathered K and V blocks go, reused by every layer: (rows, block row) each, with
     # rows >= every gather of the step. CPU tensors are not cached by torch's allocator, and a
-    # fresh multi-MB buffer per layer costs page faults (it doubled decode step time).
+    # fresh multi-MB buffer per layer would cost page faults in every layer of every step.
     gather_buffers: tuple[torch.Tensor, torch.Tensor]
     # the paged decode kernel (paged_kernel.py), or None: gather the blocks, then SDPA
     decode_kernel: Callable | None = None

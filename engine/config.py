@@ -49,11 +49,11 @@ class EngineConfig:
         if self.max_model_len is not None:
             check_int("max_model_len", self.max_model_len, low=2)
         check_choice("batching", self.batching, BATCHING)
-        if self.scheduling_policy in BATCHING:  # the old meaning of the field
+        if self.scheduling_policy in BATCHING:  # a batching mode given as a queue order
             raise FieldError(
                 "scheduling_policy",
                 f"scheduling_policy must be one of {SCHEDULING_POLICIES}, got "
-                f"{self.scheduling_policy!r} (continuous / static is now batching=...)",
+                f"{self.scheduling_policy!r} (continuous / static is set by batching=...)",
             )
         check_choice("scheduling_policy", self.scheduling_policy, SCHEDULING_POLICIES)
         check_choice("kv_backend", self.kv_backend, KV_BACKENDS)

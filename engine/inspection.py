@@ -1,11 +1,13 @@
 """Read-only views of the engine's requests: outputs, snapshot states, inspector details."""
 
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 
 from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from engine.sequence import SequenceGroup
-from engine.telemetry import EngineSnapshot, RequestState
+from engine.telemetry import EngineSnapshot, RequestState, StepRecord
+from engine.waiting import WaitingReason
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,3 +306,38 @@ def request_detail(group: SequenceGroup, tokenizer) -> RequestDetail:
         finished=group.finished_time,
         beam_tree=beam_tree(group),
     )
+
+
+def step_record(engine, sched, events: tuple, start: float, forward_duration: float) -> StepRecord:
+    """The engine's StepRecord of the step that began at `start` and scheduled `sched`."""
+    bm, scheduler = engine.block_manager, engine.scheduler
+    return StepRecord(
+        step=engine.clock.step,
+        start=start,
+        duration=time.monotonic() - start,
+        forward_duration=forward_duration,
+        num_prefill_tokens=sched.num_prefill_tokens,
+        num_decode_tokens=sched.num_decode_tokens,
+        num_seqs=len(sched.scheduled),
+        token_budget=engine.config.max_num_batched_tokens,
+        num_waiting=len(scheduler.waiting),
+        num_running=len(scheduler.running),
+        kv_blocks_used=bm.num_used_blocks,
+        kv_blocks_cached=bm.num_cached_blocks,
+        kv_blocks_free=len(bm.free_block_ids),
+        events=events,
+        waiting_by_reason=_count_waiting(engine, sched),
+    )
+
+
+def _count_waiting(engine, sched) -> tuple[tuple[str, int], ...]:
+    """Waiting requests per WaitingReason (a request counts once, by its first sequence
+    still waiting), in the enum's order."""
+    first: dict[str, str] = {}
+    for seq in engine.scheduler.waiting:
+        reason = sched.waiting_reasons.get(seq.seq_id)
+        group = engine._group_of.get(seq.seq_id)
+        if reason is not None and group is not None:
+            first.setdefault(group.request_id, reason.value)
+    counts = Counter(first.values())
+    return tuple((r.value, counts[r.value]) for r in WaitingReason if counts[r.value])

@@ -1,50 +1,39 @@
 """LLMEngine: requests in, one scheduler iteration and one forward per step(), outputs out."""
 
-import dataclasses
 import itertools
 import logging
 import time
-import warnings
-from collections import Counter, deque
+from collections import deque
 
 import torch
 
-from engine.attention import ATTN_IMPLEMENTATION, register, unsupported_reason
+from engine import cpu
 from engine.beam_search import BeamSearch
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
-from engine.cpu import paged_kernel
-from engine.cpu.native_model import unsupported_reason as native_unsupported_reason
-from engine.cpu.openmp import off_thread
 from engine.detokenizer import IncrementalDetokenizer, WholeDecode
-from engine.hf_cache_runner import HFCacheRunner
 from engine.inspection import (
     build_snapshot,
     group_stop_reasons,
     request_detail,
     request_output,
     request_state,
+    step_record,
 )
-from engine.model_runner import ModelRunner, auto_num_kv_blocks, kv_geometry
+from engine.intake import check_fits, check_request, check_room, eos_token_ids
+from engine.model_runner import build_runner
 from engine.outputs import RequestOutput
 from engine.request_input import tokenize_prompt
 from engine.sampler import Sampler
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler, SchedulerOutputs
 from engine.sequence import Sequence, SequenceGroup, SequenceStatus, StepClock, StopReason
-from engine.telemetry import EngineSnapshot, RequestState, StepEvent, StepRecord, Telemetry
-from engine.validation import FieldError
-from engine.waiting import WaitingReason
+from engine.telemetry import EngineSnapshot, RequestState, StepEvent, Telemetry
 
 logger = logging.getLogger(__name__)
 
 
-class QueueFullError(ValueError):
-    """add_request refused a request because max_waiting requests already wait."""
-
-
 MAX_FINISHED_KEPT = 256  # finished requests the snapshot still shows
-DEFAULT_MAX_MODEL_LEN = 2048  # when the model config names no context window
 
 
 class LLMEngine:
@@ -53,52 +42,12 @@ class LLMEngine:
     ):
         config = config or EngineConfig()
         self.model, self.tokenizer = model, tokenizer
-        text_config = model.config.get_text_config()
-        model_len = getattr(text_config, "max_position_embeddings", None) or DEFAULT_MAX_MODEL_LEN
-        max_model_len = min(config.max_model_len or model_len, model_len)
-        backend = config.kv_backend
-        if backend == "paged" and (reason := unsupported_reason(model.config)):
-            warnings.warn(
-                f"paged attention cannot serve this model ({reason}); using kv_backend='hf_cache'",
-                stacklevel=2,
-            )
-            backend = "hf_cache"
-        model_impl = _resolve_model_impl(config, backend, model)
-        attention_backend = _resolve_attention_backend(config, backend, model)
-        if backend == "paged":
-            register()
-            model.set_attn_implementation(ATTN_IMPLEMENTATION)
-            num_blocks = config.num_kv_blocks or auto_num_kv_blocks(model, config.block_size)
-            self.runner = ModelRunner(
-                model,
-                config.block_size,
-                num_blocks,
-                config.torch_compile,
-                model_impl,
-                attention_backend,
-            )
-        else:  # the block manager only counts: each sequence's DynamicCache holds the K/V
-            num_blocks = config.num_kv_blocks or config.max_num_seqs * -(
-                -max_model_len // config.block_size
-            )
-            self.runner = HFCacheRunner(model)
-        max_model_len = min(max_model_len, num_blocks * config.block_size)
-        self.config = dataclasses.replace(
-            config,
-            kv_backend=backend,
-            num_kv_blocks=num_blocks,
-            max_model_len=max_model_len,
-            enable_prefix_caching=config.enable_prefix_caching and backend == "paged",
-            torch_compile=config.torch_compile and backend == "paged",
-            model_impl=model_impl,
-            attention_backend=attention_backend,
-        )  # resolved: what the engine really runs with
-        self.block_manager = BlockManager(
-            num_blocks, config.block_size, self.config.enable_prefix_caching
-        )
+        self.runner, self.config = build_runner(model, config)  # config: as resolved
+        c = self.config
+        self.block_manager = BlockManager(c.num_kv_blocks, c.block_size, c.enable_prefix_caching)
         self.scheduler = Scheduler(self.config, self.block_manager)
         self.sampler = Sampler(tokenizer, seed)
-        self.eos_token_ids = _eos_token_ids(model, tokenizer)
+        self.eos_token_ids = eos_token_ids(model, tokenizer)
         self.clock = StepClock()
         self.telemetry = Telemetry()
         self.groups: dict[str, SequenceGroup] = {}  # live requests
@@ -128,7 +77,7 @@ class LLMEngine:
             loaded, tokenizer = load_model(model, device=device, dtype=dtype)
             return cls(loaded, tokenizer, config)
 
-        return off_thread(load)
+        return cpu.off_thread(load)
 
     # -- requests ---------------------------------------------------------------------------
     def add_request(
@@ -140,20 +89,10 @@ class LLMEngine:
         priority: int = 0,
     ) -> None:
         """Queue a request; ValueError (naming the field) on bad input, and nothing queued."""
-        if not isinstance(request_id, str) or not request_id:
-            raise ValueError(f"request_id must be a non-empty str, got {request_id!r}")
-        if request_id in self.groups:
-            raise ValueError(f"request_id {request_id!r} is already in flight")
-        params = SamplingParams() if params is None else params
-        if not isinstance(params, SamplingParams):
-            raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
-        self._check_request(params, priority)
-        if len(self.scheduler.waiting) >= self.config.max_waiting:
-            raise QueueFullError(
-                f"the waiting queue is full (max_waiting={self.config.max_waiting}); retry later"
-            )
+        params = check_request(self.config, request_id, self.groups, params, priority)
+        check_room(self.config, len(self.scheduler.waiting))
         prompt_text, token_ids = tokenize_prompt(self.tokenizer, prompt)
-        self._check_fits(token_ids, params)
+        check_fits(self.config, token_ids, params)
         arrival = time.monotonic() if arrival_time is None else arrival_time
         group = SequenceGroup(request_id, prompt_text, token_ids, params, arrival, priority)
         seq = self._new_sequence(group, 0)
@@ -166,30 +105,6 @@ class LLMEngine:
         self.groups[request_id] = group
         self._group_of[seq.seq_id] = group
         self.scheduler.add(seq, priority, arrival)
-
-    def _check_request(self, params: SamplingParams, priority) -> None:
-        c = self.config
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise FieldError("priority", f"priority must be an int, got {priority!r}")
-        if priority != 0 and c.scheduling_policy != "priority":
-            raise FieldError(
-                "priority",
-                f"priority {priority} needs scheduling_policy='priority' (this engine runs "
-                f"{c.scheduling_policy!r})",
-            )
-        name = "beam_width" if params.use_beam_search else "n"
-        if params.num_seqs > c.max_num_seqs:  # all of them decode in one batch
-            raise FieldError(
-                name,
-                f"{name} must be an integer in [1, {c.max_num_seqs}] (at most "
-                f"max_num_seqs={c.max_num_seqs}), got {params.num_seqs}",
-            )
-        if params.use_beam_search and c.kv_backend != "paged":
-            raise FieldError(
-                "beam_width",
-                f"beam_width > 1 (beam search) needs kv_backend='paged', where beams share KV "
-                f"blocks; this engine runs {c.kv_backend!r}",
-            )
 
     def abort_request(self, request_id: str) -> bool:
         """Finish a live request with CANCELLED (its output comes with the next step())."""
@@ -261,7 +176,9 @@ class LLMEngine:
                 except Exception:
                     logger.exception("sampling failed at step %d", self.clock.step)
                     outputs += self._fail(scheduled, events)
-        self._record(sched, events, start, forward_duration, num_generated)
+        if not sched.is_empty or events:
+            record = step_record(self, sched, tuple(events), start, forward_duration)
+            self.telemetry.record_step(record, num_generated)
         return outputs
 
     def _execute_isolated(self, sched: SchedulerOutputs):
@@ -317,7 +234,7 @@ class LLMEngine:
         num_generated = len(seqs)
         if seqs:
             whole = rows == list(range(logits.shape[0]))  # else beams' rows or forks' repeats
-            picked = logits if whole else logits[self._rows(rows, logits)]
+            picked = logits if whole else logits[torch.tensor(rows, device=logits.device)]
             for seq, (token_id, logprobs) in zip(seqs, self.sampler(picked, seqs), strict=True):
                 group = self._group_of[seq.seq_id]
                 touched[group.request_id] = group
@@ -338,9 +255,6 @@ class LLMEngine:
                     events.append(StepEvent("finished", group.request_id, reason))
         return num_generated, list(touched.values())
 
-    def _rows(self, rows: list[int], logits: torch.Tensor) -> torch.Tensor:
-        return torch.tensor(rows, device=logits.device)
-
     def _beam_step(self, group: SequenceGroup, pairs, logits, events) -> bool:
         """Advance a beam search by one token: fork, prune and extend its beams. False (and
         nothing done) while some beam is still being recomputed: the beams that are ready
@@ -352,7 +266,7 @@ class LLMEngine:
                 seq.num_computed_tokens -= 1
             return False
         rows = [row_of[b.seq_id] for b in beams]
-        candidates = group.beams.step(beams, logits[self._rows(rows, logits)])
+        candidates = group.beams.step(beams, logits[torch.tensor(rows, device=logits.device)])
         extended, forked, kept = set(), [], []
         for c in candidates:  # forks first: they copy the parent before it is extended
             if c.parent.seq_id in extended:
@@ -471,67 +385,7 @@ class LLMEngine:
         self.telemetry.record_finished(output.metrics, group_stop_reasons(group))
         return output
 
-    def _check_fits(self, token_ids: list[int], params: SamplingParams) -> None:
-        c = self.config
-        if params.use_beam_search:  # preempted beams are recomputed each with its own blocks
-            length = min(len(token_ids) + params.max_tokens, c.max_model_len)
-            needed = params.beam_width * -(-length // c.block_size)
-            if needed > c.num_kv_blocks:
-                raise FieldError(
-                    "beam_width",
-                    f"beam_width={params.beam_width} with a {len(token_ids)}-token prompt and "
-                    f"max_tokens={params.max_tokens} may need {needed} KV blocks (every beam "
-                    f"recomputed on its own after a preemption); the pool has "
-                    f"{c.num_kv_blocks}: use fewer beams or tokens",
-                )
-        if len(token_ids) >= c.max_model_len:
-            raise ValueError(
-                f"prompt has {len(token_ids)} tokens; max_model_len is {c.max_model_len} (the "
-                f"model's context window, capped by the KV pool of {c.num_kv_blocks} blocks x "
-                f"{c.block_size} tokens) and at least one token must be left to generate"
-            )
-        if not c.enable_chunked_prefill and len(token_ids) > c.max_num_batched_tokens:
-            raise ValueError(
-                f"prompt has {len(token_ids)} tokens, more than max_num_batched_tokens "
-                f"({c.max_num_batched_tokens}) with chunked prefill off"
-            )
-
-    # -- telemetry ----------------------------------------------------------------------------
-    def _record(self, sched, events, start: float, forward_duration: float, num_generated: int):
-        if sched.is_empty and not events:
-            return
-        bm = self.block_manager
-        record = StepRecord(
-            step=self.clock.step,
-            start=start,
-            duration=time.monotonic() - start,
-            forward_duration=forward_duration,
-            num_prefill_tokens=sched.num_prefill_tokens,
-            num_decode_tokens=sched.num_decode_tokens,
-            num_seqs=len(sched.scheduled),
-            token_budget=self.config.max_num_batched_tokens,
-            num_waiting=len(self.scheduler.waiting),
-            num_running=len(self.scheduler.running),
-            kv_blocks_used=bm.num_used_blocks,
-            kv_blocks_cached=bm.num_cached_blocks,
-            kv_blocks_free=len(bm.free_block_ids),
-            events=tuple(events),
-            waiting_by_reason=self._count_waiting(sched),
-        )
-        self.telemetry.record_step(record, num_generated)
-
-    def _count_waiting(self, sched: SchedulerOutputs) -> tuple[tuple[str, int], ...]:
-        """Waiting requests per WaitingReason (a request counts once, by its first sequence
-        still waiting), in the enum's order."""
-        first: dict[str, str] = {}
-        for seq in self.scheduler.waiting:
-            reason = sched.waiting_reasons.get(seq.seq_id)
-            group = self._group_of.get(seq.seq_id)
-            if reason is not None and group is not None:
-                first.setdefault(group.request_id, reason.value)
-        counts = Counter(first.values())
-        return tuple((r.value, counts[r.value]) for r in WaitingReason if counts[r.value])
-
+    # -- what it shows ------------------------------------------------------------------------
     def snapshot(self) -> EngineSnapshot:
         """An immutable picture of queues, requests, KV blocks and recent steps."""
         return build_snapshot(self)
@@ -542,56 +396,3 @@ class LLMEngine:
             (g for g in self.finished if g.request_id == request_id), None
         )
         return None if group is None else request_detail(group, self.tokenizer)
-
-
-def _resolve_model_impl(config: EngineConfig, backend: str, model) -> str:
-    """What the runner will run, "native" or "transformers"; FieldError if "native" cannot."""
-    if config.model_impl == "transformers":
-        return "transformers"
-    if backend != "paged":
-        reason = f"kv_backend={backend!r} runs the transformers modules"
-    else:
-        reason = native_unsupported_reason(model)
-    if config.model_impl == "native" and reason is not None:
-        raise FieldError("model_impl", f"model_impl='native' cannot serve this model: {reason}")
-    if config.model_impl == "native" or (reason is None and not config.torch_compile):
-        return "native"
-    return "transformers"
-
-
-def _resolve_attention_backend(config: EngineConfig, backend: str, model) -> str:
-    """What the paged attention runs, "paged_kernel" or "sdpa"; FieldError if the kernels
-    were asked for and cannot serve. hf_cache runs transformers' own attention: "sdpa"."""
-    if config.attention_backend == "sdpa":
-        return "sdpa"
-    if backend != "paged":
-        reason = f"kv_backend={backend!r} keeps no paged pool"
-    else:
-        param = next(model.parameters())
-        _, _, head_dim = kv_geometry(model.config)
-        reason = paged_kernel.unsupported_reason(param.device, param.dtype, head_dim)
-    if reason is None:
-        try:
-            paged_kernel.load()
-        except paged_kernel.KernelUnavailable as exc:
-            reason = str(exc)
-    if reason is None:
-        return "paged_kernel"
-    if config.attention_backend == "paged_kernel":
-        raise FieldError(
-            "attention_backend", f"attention_backend='paged_kernel' cannot serve here: {reason}"
-        )
-    if backend == "paged":
-        logger.info("attention: sdpa (the paged kernels cannot serve: %s)", reason)
-    return "sdpa"
-
-
-def _eos_token_ids(model, tokenizer) -> frozenset[int]:
-    ids = set()
-    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    for value in (gen_eos, tokenizer.eos_token_id):
-        if isinstance(value, int):
-            ids.add(value)
-        elif value:
-            ids.update(value)
-    return frozenset(ids)

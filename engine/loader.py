@@ -92,9 +92,9 @@ def load_model(
 def transpose_linear_weights(model) -> int:
     """Store each `nn.Linear` weight (out, in) as the transpose of a contiguous (in, out)
     tensor. Same values, same modules, same `F.linear` call: only the memory layout changes,
-    and CPU GEMMs with few rows (decode) run 1.2-1.7x faster on it (measured on SmolLM2's
-    shapes; the 49152-row LM head 1.4x at batch 1). A weight tied to the embedding is
-    transposed too: a lookup reads rows of either layout. Returns the number changed."""
+    and CPU GEMMs with few rows (decode) run faster on it (docs/performance.md). A weight
+    tied to the embedding is transposed too: a lookup reads rows of either layout. Returns the
+    number changed."""
     changed = 0
     for module in model.modules():
         if isinstance(module, torch.nn.Linear):

@@ -9,49 +9,33 @@ torch_compile compiles: one graph, compiled when the runner is made (a minute or
 small CPU; later runners on the same model reuse it).
 """
 
+import dataclasses
 import os
+import warnings
 
 import torch
 import torch.fx.experimental._config as fx_config
 
+from engine import cpu
 from engine.attention import (
+    ATTN_IMPLEMENTATION,
     AttentionContext,
     DecodeGroup,
     PrefillChunk,
     PrefillTables,
     attention_context,
+    register,
+    unsupported_reason,
 )
-from engine.cpu import paged_kernel
-from engine.cpu.kv_pool import ResidentBlocks, zeroed
-from engine.cpu.native_model import NativeDecoder
+from engine.config import EngineConfig
+from engine.hf_cache_runner import HFCacheRunner
 from engine.scheduler import ScheduledSequence
 from engine.sequence import Sequence
+from engine.step_layout import GatherLayout, InPlaceLayout
 
+DEFAULT_MAX_MODEL_LEN = 2048  # when the model config names no context window
 CPU_KV_CAP_BYTES = 2 * 2**30  # never take more than this for the pool on a CPU
 KV_MEMORY_FRACTION = 0.3  # of the free memory, when num_kv_blocks is None
-# What one more decode group costs (an SDPA call and two gathers per layer), in gathered blocks
-DECODE_GROUP_COST = 16
-
-
-def split_by_length(num_blocks: list[int], group_cost: int = DECODE_GROUP_COST) -> list[int]:
-    """Split decodes, sorted by context length (in blocks, non-increasing), into groups that
-    each pad to their first member; returns each group's end index. Minimises the blocks
-    gathered plus `group_cost` per group, exactly (dynamic programming over the points where
-    the length changes)."""
-    n = len(num_blocks)
-    cuts = [i for i in range(n) if i == 0 or num_blocks[i] != num_blocks[i - 1]]
-    best = {n: (0, n)}  # start -> (cost of everything from start, end of its group)
-    for i in reversed(range(len(cuts))):
-        start = cuts[i]
-        best[start] = min(
-            (group_cost + (end - start) * num_blocks[start] + best[end][0], end)
-            for end in [*cuts[i + 1 :], n]
-        )
-    ends, start = [], 0
-    while start < n:
-        start = best[start][1]
-        ends.append(start)
-    return ends
 
 
 def kv_geometry(model_config) -> tuple[int, int, int]:
@@ -126,7 +110,10 @@ class ModelRunner:
         shape = (num_blocks, block_size, num_kv_heads, head_dim)
         try:
             self.kv_caches = [
-                (zeroed(shape, self.dtype, self.device), zeroed(shape, self.dtype, self.device))
+                (
+                    cpu.zeroed(shape, self.dtype, self.device),
+                    cpu.zeroed(shape, self.dtype, self.device),
+                )
                 for _ in range(num_layers)
             ]
         except (RuntimeError, MemoryError, OSError) as exc:  # torch's OOM is a RuntimeError
@@ -137,18 +124,19 @@ class ModelRunner:
                 f"blocks, or None to size the pool from free memory"
             ) from exc
         # pages mapped in bulk ahead of use, not faulted in one by one in the steps
-        self._resident = ResidentBlocks([t for kv in self.kv_caches for t in kv])
+        self._resident = cpu.ResidentBlocks([t for kv in self.kv_caches for t in kv])
         self._row_size = block_size * num_kv_heads * head_dim
-        # "paged_kernel": every decode in one call, every prefill chunk in another, both
-        # reading the blocks in place
+        # the one choice of backend: kernels that read the blocks in place, or gather + SDPA
         self._decode_kernel = self._prefill_kernel = None
         if attention_backend == "paged_kernel":
-            self._decode_kernel = paged_kernel.load()
-            self._prefill_kernel = paged_kernel.load_prefill()
+            self._decode_kernel, self._prefill_kernel = cpu.load_attention_kernels()
+            self.layout = InPlaceLayout(block_size, self.device, self.dtype)
+        else:
+            self.layout = GatherLayout(block_size, self.device, self.dtype)
         self._gather_buffers = self._new_gather_buffers(0)
         # (input_ids (T,), positions (T,), logits_to_keep (S,)) -> logits (S, vocab)
         if model_impl == "native":
-            self.forward = NativeDecoder(model)
+            self.forward = cpu.NativeDecoder(model)
         else:
             self.forward = transformers_forward(_compiled(model) if torch_compile else model)
         if torch_compile:
@@ -184,10 +172,10 @@ class ModelRunner:
                 keep.append(len(input_ids) - 1)
         if slots and not self._resident.complete:  # once all is mapped, nothing to look at
             self._resident.cover(max(slots) // bs + 1)
-        decode_groups = self._decode_groups(decodes)
+        decode_groups = self.layout.decode_groups(decodes)
         prefill_chunks, offset = [], len(decodes)
         for s in prefills:
-            prefill_chunks.append(self._prefill_chunk(s, offset))
+            prefill_chunks.append(self.layout.prefill_chunk(s, offset))
             offset += s.num_new_tokens
         ctx = AttentionContext(
             kv_caches=self.kv_caches,
@@ -197,7 +185,7 @@ class ModelRunner:
             gather_buffers=self._reserve(decode_groups, prefill_chunks),
             decode_kernel=self._decode_kernel,
             prefill_kernel=self._prefill_kernel,
-            prefill_tables=self._prefill_tables(prefills, prefill_chunks),
+            prefill_tables=self.layout.prefill_tables(prefills, prefill_chunks),
         )
         logits = self._forward(ctx, input_ids, positions, keep)
         return logits, [s for s in packed if s.samples]
@@ -229,67 +217,11 @@ class ModelRunner:
             name = type(self.model).__name__
             raise RuntimeError(f"torch_compile=True: {name} could not be compiled: {exc}") from exc
 
-    def _decode_groups(self, decodes: list[ScheduledSequence]) -> list[DecodeGroup]:
-        """Decodes (longest context first) in groups of similar length, see split_by_length;
-        one group and no mask for the kernel, which reads each context to its own length."""
-        bs = self.block_size
-        lens = [s.seq.num_tokens for s in decodes]  # context includes this step's token
-        num_blocks = [-(-n // bs) for n in lens]
-        if self._decode_kernel is None:
-            ends = split_by_length(num_blocks)
-        else:
-            ends = [len(decodes)] if decodes else []
-        groups, start = [], 0
-        for end in ends:
-            nb = num_blocks[start]
-            tables = self._padded([s.seq.block_table[:nb] for s in decodes[start:end]])
-            group_lens = self._tensor(lens[start:end])
-            mask = None
-            if self._decode_kernel is None:
-                allowed = torch.arange(nb * bs, device=self.device) < group_lens.unsqueeze(1)
-                mask = self._additive(allowed)[:, None, None, :]  # (B, 1, 1, nb * bs)
-            groups.append(DecodeGroup(start, end, tables, group_lens, mask))
-            start = end
-        return groups
-
-    def _prefill_chunk(self, s: ScheduledSequence, start: int) -> PrefillChunk:
-        end = start + s.num_new_tokens
-        past = s.seq.num_computed_tokens
-        total = past + s.num_new_tokens
-        if past == 0 or self._prefill_kernel is not None:  # the kernel reads the past in place
-            return PrefillChunk(start, end, None, total, None)
-        blocks = self._tensor(s.seq.block_table[: -(-total // self.block_size)])
-        q_pos = torch.arange(past, total, device=self.device).unsqueeze(1)
-        mask = torch.arange(total, device=self.device).unsqueeze(0) <= q_pos  # (t, L)
-        return PrefillChunk(start, end, blocks, total, self._additive(mask))
-
-    def _prefill_tables(self, prefills: list[ScheduledSequence], chunks: list[PrefillChunk]):
-        """The prefill kernel's tables of the step's chunks, or None."""
-        if self._prefill_kernel is None or not prefills:
-            return None
-        bs, pairs = self.block_size, zip(prefills, chunks, strict=True)
-        tables = [s.seq.block_table[: -(-c.context_len // bs)] for s, c in pairs]
-        rows = [(c.start, c.end - c.start, c.context_len) for c in chunks]
-        return PrefillTables(self._padded(tables), self._tensor(rows))
-
-    def _padded(self, tables: list[list[int]]) -> torch.Tensor:
-        """Block tables as one (len(tables), longest) tensor, 0-padded (padding is never read)."""
-        nb = max(map(len, tables))
-        return self._tensor([t + [0] * (nb - len(t)) for t in tables])
-
-    def _additive(self, allowed: torch.Tensor) -> torch.Tensor:
-        """A bool mask as SDPA's additive float mask (0 or -inf), made once per step: given a
-        bool mask, SDPA would convert it again in every layer."""
-        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
-        return mask.masked_fill_(~allowed, float("-inf"))
-
     def _reserve(self, decodes: list[DecodeGroup], prefills: list[PrefillChunk]):
         """Gather buffers with rows for the step's largest gather; they only ever grow."""
-        rows = [p.context_blocks.numel() for p in prefills if p.context_blocks is not None]
-        if self._decode_kernel is None:  # the kernel reads decodes' blocks in place
-            rows += [d.blocks.numel() for d in decodes]
-        if max(rows, default=0) > self._gather_buffers[0].shape[0]:
-            self._gather_buffers = self._new_gather_buffers(max(rows))
+        rows = self.layout.gather_rows(decodes, prefills)
+        if rows > self._gather_buffers[0].shape[0]:
+            self._gather_buffers = self._new_gather_buffers(rows)
         return self._gather_buffers
 
     def _new_gather_buffers(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -308,3 +240,47 @@ class ModelRunner:
 
     def _tensor(self, values) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=self.device)
+
+
+def build_runner(model, config: EngineConfig) -> tuple["ModelRunner | HFCacheRunner", EngineConfig]:
+    """The runner for `model` under `config`, and the config resolved to what really runs:
+    the KV backend (hf_cache where paged attention cannot serve the model), the forward and
+    attention backends, the pool's size and the context window it leaves."""
+    text_config = model.config.get_text_config()
+    model_len = getattr(text_config, "max_position_embeddings", None) or DEFAULT_MAX_MODEL_LEN
+    max_model_len = min(config.max_model_len or model_len, model_len)
+    backend = config.kv_backend
+    if backend == "paged" and (reason := unsupported_reason(model.config)):
+        warnings.warn(
+            f"paged attention cannot serve this model ({reason}); using kv_backend='hf_cache'",
+            stacklevel=3,
+        )
+        backend = "hf_cache"
+    model_impl = cpu.resolve_model_impl(config.model_impl, backend, config.torch_compile, model)
+    param, (_, _, head_dim) = next(model.parameters()), kv_geometry(model.config)
+    attention_backend = cpu.resolve_attention_backend(
+        config.attention_backend, backend, param, head_dim
+    )
+    if backend == "paged":
+        register()
+        model.set_attn_implementation(ATTN_IMPLEMENTATION)
+        num_blocks = config.num_kv_blocks or auto_num_kv_blocks(model, config.block_size)
+        runner = ModelRunner(
+            model, config.block_size, num_blocks, config.torch_compile, model_impl,
+            attention_backend,
+        )  # fmt: skip
+    else:  # the block manager only counts: each sequence's DynamicCache holds the K/V
+        blocks_per_seq = -(-max_model_len // config.block_size)
+        num_blocks = config.num_kv_blocks or config.max_num_seqs * blocks_per_seq
+        runner = HFCacheRunner(model)
+    resolved = dataclasses.replace(
+        config,
+        kv_backend=backend,
+        num_kv_blocks=num_blocks,
+        max_model_len=min(max_model_len, num_blocks * config.block_size),
+        enable_prefix_caching=config.enable_prefix_caching and backend == "paged",
+        torch_compile=config.torch_compile and backend == "paged",
+        model_impl=model_impl,
+        attention_backend=attention_backend,
+    )
+    return runner, resolved

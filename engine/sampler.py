@@ -8,11 +8,9 @@ Logprobs are those of the model's distribution (after repetition penalty, before
 temperature and filtering).
 """
 
-import functools
-
 import torch
 
-from engine.cpu import fused_ops
+from engine import cpu
 from engine.outputs import Logprob
 from engine.sequence import Sequence
 
@@ -22,12 +20,7 @@ TOP_WINDOW = 1024  # top-k / top-p look at the best tokens first; a full sort on
 def greedy_ids(logits: torch.Tensor) -> torch.Tensor:
     """Each row's argmax, the first of equal maxima as `argmax` picks: the fused C op over
     both threads where it runs (a CPU, float32 or bfloat16), else torch.max's indices."""
-    return _argmax(logits.device, logits.dtype)(logits)
-
-
-@functools.cache
-def _argmax(device: torch.device, dtype: torch.dtype):
-    return fused_ops.select(device, dtype).argmax
+    return cpu.argmax_op(logits.device, logits.dtype)(logits)
 
 
 class Sampler:
@@ -47,7 +40,7 @@ class Sampler:
         assert logits.shape[0] == len(seqs), (logits.shape, len(seqs))
         if all(_is_plain_greedy(s.params) for s in seqs):
             # Argmax where the logits are: on a GPU only the ids cross to the host, not the
-            # whole (num_seqs, vocab) block (131 MB a step for 256 rows of a 128k vocabulary).
+            # whole (num_seqs, vocab) block.
             return [(t, None) for t in greedy_ids(logits).tolist()]
         logits = logits.float().cpu()  # (num_seqs, vocab)
         penalized = [i for i, s in enumerate(seqs) if s.params.repetition_penalty != 1.0]

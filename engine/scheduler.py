@@ -66,10 +66,6 @@ class Scheduler:
         self.keys: dict[int, tuple[int, float]] = {}  # seq_id -> (priority, arrival)
         self.watermark_blocks = max(1, block_manager.num_blocks // 100)  # kept free by admission
 
-    @property
-    def num_unfinished(self) -> int:
-        return len(self.waiting) + len(self.running)
-
     def add(self, seq: Sequence, priority: int = 0, arrival: float = 0.0) -> None:
         self.keys[seq.seq_id] = (priority, arrival)
         self._enqueue(seq, front=False)
@@ -102,12 +98,23 @@ class Scheduler:
         static = self.config.batching == "static"
         if self.by_priority and not static:
             self._preempt_for_waiting(out)
+        was_idle = not self.running
+        budget, short_of_blocks = self._schedule_running(out)
+        if short_of_blocks or (static and not was_idle):
+            step_reason = WaitingReason.KV_BLOCKS if short_of_blocks else WaitingReason.STATIC_BATCH
+            out.waiting_reasons = self._explain_waiting(step_reason)
+            return out
+        self._schedule_waiting(out, budget, static)
+        return out
+
+    def _schedule_running(self, out: SchedulerOutputs) -> tuple[int, bool]:
+        """Schedule the running sequences, decodes first, preempting victims when blocks run
+        out. Appends to `out` in place; returns the token budget left and whether blocks ran
+        short."""
         budget = self.config.max_num_batched_tokens
         chunked = self.config.enable_chunked_prefill
-        was_idle = not self.running
         scheduled: dict[int, ScheduledSequence] = {}
         short_of_blocks = False
-
         for seq in sorted(self.running, key=self._running_order):  # decodes first
             if seq.status != SequenceStatus.RUNNING or budget == 0:
                 continue  # preempted as a victim earlier in this loop, or no budget left
@@ -125,11 +132,12 @@ class Scheduler:
                 scheduled[seq.seq_id] = ScheduledSequence(seq, num_new)
                 out.scheduled.append(scheduled[seq.seq_id])
                 budget -= num_new
+        return budget, short_of_blocks
 
-        if short_of_blocks or (static and not was_idle):
-            step_reason = WaitingReason.KV_BLOCKS if short_of_blocks else WaitingReason.STATIC_BATCH
-            out.waiting_reasons = self._explain_waiting(step_reason)
-            return out
+    def _schedule_waiting(self, out: SchedulerOutputs, budget: int, static: bool) -> None:
+        """Admit waiting requests in queue order while seats, budget and blocks allow, and
+        name why the others wait. Appends to `out` in place."""
+        chunked = self.config.enable_chunked_prefill
         # A prompt not yet sampled holds the seats of the siblings it will fork, so forks
         # never push the running batch past max_num_seqs.
         num_seats = sum(s.max_num_running_seqs for s in self.running)
@@ -158,7 +166,6 @@ class Scheduler:
                     budget -= num_new
         free_seats = self.config.max_num_seqs - num_seats
         out.waiting_reasons = self._explain_waiting(step_reason, head_reason, free_seats)
-        return out
 
     def _plan_admission(self, unit: list[Sequence], budget: int, static: bool, chunked: bool):
         """(seq, num_new_tokens, computed_blocks) for each sequence of `unit` if all of them

@@ -3,8 +3,8 @@
 `zeroed` puts each pool tensor in an anonymous private memory mapping: the kernel hands out a
 zero page when a page is first written, so making the pool costs nothing and the pool takes
 memory only as blocks are used. But each first write is then a page fault inside a step, in
-the middle of the KV writes: on the bench machine (a VM, where a fault also goes to the host)
-those faults were 4.8 s of a 34 s fp32 run. `ResidentBlocks` maps the pages of the blocks a
+the middle of the KV writes (in a VM a fault also goes to the host; docs/performance.md says
+what they cost). `ResidentBlocks` maps the pages of the blocks a
 step is about to write in bulk, one madvise (MADV_POPULATE_WRITE, Linux 5.14+) per tensor for
 a run of blocks ahead of the highest one in use, which allocates the pages without touching
 what is in them. Where that madvise is missing the pool keeps its lazy pages.
@@ -28,9 +28,8 @@ MIN_AHEAD_BLOCKS = 64  # mapped beyond the highest block in use, at least (or a 
 def zeroed(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A tensor of zeros for the KV pool. On a CPU it lies in an anonymous private memory
     mapping, which the kernel fills with zero pages as they are first written: so the pool
-    costs nothing to make. torch.zeros writes every page at once: 2.3 s for a 2 GiB bfloat16
-    pool on 2 cores (its bf16 fill is 3x its fp32 one), most of the server's time to ready.
-    Elsewhere torch.zeros."""
+    costs nothing to make. torch.zeros would write every page at once, which on a small CPU
+    is most of the server's time to ready. Elsewhere torch.zeros."""
     if device.type != "cpu":
         return torch.zeros(shape, dtype=dtype, device=device)
     buffer = mmap.mmap(-1, math.prod(shape) * dtype.itemsize, flags=mmap.MAP_PRIVATE)

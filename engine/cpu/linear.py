@@ -4,27 +4,24 @@ q/k/v become one projection and gate/up another, as in vLLM's `QKVParallelLinear
 `MergedColumnParallelLinear`: one larger matmul streams the same weights with one call
 instead of three. The fused weight is packed once for the fastest kernel there is:
 - "bf16_panels": a bfloat16 weight on a CPU with AVX512_BF16 and no AMX, the engine's own
-  GEMM on vdpbf16ps (csrc/gemm_bf16.c: panels of 32 columns, float32 sums, bfloat16 out). On
-  the 2-core AVX-512 EPYC it runs a SmolLM2-135M step's bfloat16 matmuls 1.1-1.6x faster than
-  oneDNN at 2-64 rows, as fast at 128-2048; and its threads share the work as they come free,
-  so a core lost for a while to the server or a client costs it less (oneDNN's shares are
-  fixed before it starts).
+  GEMM on vdpbf16ps (csrc/gemm_bf16.c: panels of 32 columns, float32 sums, bfloat16 out),
+  faster than oneDNN at the few rows of a decode step; its threads share the work as they
+  come free, so a core lost for a while to the server or a client costs it less (oneDNN's
+  shares are fixed before it starts).
 - "panels": a float32 weight on a CPU with AVX2 or AVX-512, and a bfloat16 one with AVX2
   only, the engine's own GEMM (csrc/gemm.c: weights in panels of two vectors of columns,
-  float32 or bfloat16, float32 sums; its threads share the work as they come free too). A
-  SmolLM2-135M step's float32 matmuls against oneDNN's: on the 2-core AVX2 EPYC 1.46x faster
-  at 1 row, 1.16-1.33x at 16-64 rows; on the 2-core AVX-512 EPYC 1.5-2x at 1-8 rows, 1.1x at
-  16-128, level at 512-2048 (not measured on Intel's AVX-512 CPUs).
+  float32 or bfloat16, float32 sums; its threads share the work as they come free too),
+  faster than oneDNN at few rows and level at many.
 - "onednn": elsewhere on a CPU with oneDNN, its blocked layout
   (`torch.ops.mkldnn._reorder_linear_weight`) run by `torch.ops.mkldnn._linear_pointwise`,
-  the pair inductor's CPU weight freezing emits: 2-3x `torch.mm` at 1-64 rows.
+  the pair inductor's CPU weight freezing emits, faster than `torch.mm` at few rows.
 - "torch": everywhere else (CUDA, a torch without oneDNN, another dtype), plain `F.linear`.
 Where oneDNN or the bfloat16 panels serve, one row of input (a decode step of one sequence)
 goes to the engine's split-k GEMV instead (the float32 panels stream their packed weight as
 fast at one row) (csrc/gemv.c, `OneRowLinear`): it streams the
-model's own weights, in the loader's (in, out) layout, at about the memory bandwidth, 1.2-1.4x
-oneDNN's packed kernel at one row on the 2-core AVX-512 EPYC.
-All give the same numbers up to float rounding (bench/RESULTS.md has the measurements).
+model's own weights, in the loader's (in, out) layout, at about the memory bandwidth.
+All give the same numbers up to float rounding (bench/RESULTS.md has the measurements, and
+docs/performance.md why each kernel is chosen where it is).
 """
 
 import ctypes
@@ -236,9 +233,8 @@ class FusedLinear:
         # bfloat16 where oneDNN has no bfloat16 kernels (AVX2) and the panels cannot serve (no
         # C compiler): oneDNN's float32 kernels on the exact upcast. A bf16 product is exact in
         # float32, and bf16 GEMMs accumulate in float32 too, so only the order of the sums
-        # differs; torch's own bf16 matmul there was 6x slower at 64 rows. One row (a batch-1
-        # decode) reads the weight once: torch's bf16 GEMV on the bf16 copy reads half the
-        # bytes (18 against 35 ms for a SmolLM2 step).
+        # differs; torch's own bf16 matmul there is much slower. One row (a batch-1 decode)
+        # reads the weight once: torch's bf16 GEMV on the bf16 copy reads half the bytes.
         self.upcast = (
             pack
             and weight.dtype == torch.bfloat16

@@ -1,34 +1,26 @@
-"""The engine's CPU threads, and a trap in how libgomp treats them.
+"""The engine's CPU threads, and three traps in how libgomp treats them.
 
 torch's CPU kernels run on OpenMP (libgomp). Each thread that runs a parallel op keeps a team
-of worker threads for as long as it lives. Once the process holds more of those threads than
-it has cores, libgomp stops letting idle workers spin between ops: they sleep, and every op
-of the forward then waits for its workers to wake. A server that loads the model on its main
-thread and steps it on another holds two teams. On 2 cores the bench workload ran at 196
-tok/s in bfloat16 that way, against 243 tok/s when one thread both loaded and stepped.
+of worker threads for as long as it lives.
 
-`off_thread` runs a call on a short-lived thread, whose team ends with it, so that the thread
-that steps the engine is the only one that keeps a team.
+1. Too many teams. Once the process holds more OpenMP threads than it has cores, libgomp stops
+   letting idle workers spin between ops: they sleep, and every op of the forward waits for
+   its workers to wake. A server that loads the model on one thread and steps it on another
+   holds two teams. `off_thread` runs a call (the load) on a short-lived thread, whose team
+   ends with it, so the thread that steps the engine is the only one that keeps a team.
+2. Spinning too long. By default an idle worker spins 300,000 times before it sleeps; beside
+   anything else that runs (a browser, the HTTP clients, the event loop) the spinning worker
+   holds a core the late one needs, and every op waits a time slice. `load_torch` loads torch,
+   and so libgomp, which reads its settings once, with GOMP_SPINCOUNT=SPIN_COUNT, and leaves
+   the process environment as it was, so programs it starts (a peer under benchmark) do not
+   inherit it. Importing this module calls it; engine/cpu/__init__.py imports it first.
+3. A thread of the same process at the same priority. A server's event loop, woken to stream
+   a step's tokens, pre-empts one thread of the team mid-op while the other waits at the op's
+   barrier, so its CPU time is paid about twice. `lower_priority` runs such a thread at a
+   higher nice value; it then answers later, so app.py lowers it only when asked
+   (`--serving-nice`).
 
-The other trap is the opposite one. By default an idle worker spins 300,000 times before it
-sleeps. On a machine that also runs anything else (the browser on a laptop, the HTTP clients,
-the event loop), the worker that spins holds a core the late one needs, and every op waits a
-time slice: 32 requests x 48 tokens ran at 72 tok/s (fp32, 2 cores) beside one busy process,
-against 280 tok/s alone. `load_torch` loads torch (and so libgomp, which reads its settings
-once, then) with GOMP_SPINCOUNT=3000: 125 tok/s beside the busy process; alone, 176-304
-against the default's 215-285 (this machine's noise is larger than the difference). The
-process environment is left as it was, so programs it starts (a peer under benchmark) do not
-inherit the setting. Importing this module calls it: `engine/__init__.py` imports it first.
-
-The third trap is a thread of the same process at the same priority: a server's event loop,
-woken to stream a step's tokens, pre-empts one thread of the team mid-op while the other
-waits at the op's barrier, so its CPU time is paid about twice. On 2 cores, bf16, the bench
-workload's 64 streams read by a client that costs almost no CPU: a decode step of 64
-sequences took 89 ms, against 71-73 ms when the server streamed nothing; with the event loop
-at nice 19 (`lower_priority`) 73-77 ms, and the run 3.9 % faster (median of three). At a
-higher nice it runs on the cores the team leaves idle (the Python between ops), and answers
-later: the board's ticks took p95 236-325 ms at nice 19 against 62-72 ms at 0, with no
-throughput gained. So app.py lowers it only when asked (`--serving-nice`).
+What each trap cost on the bench machine: docs/performance.md.
 """
 
 import os

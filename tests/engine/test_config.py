@@ -93,8 +93,8 @@ def test_scheduling_policy_refuses_unknown(value):
         EngineConfig(scheduling_policy=value)
 
 
-def test_the_old_batching_values_of_scheduling_policy_point_to_batching():
-    with pytest.raises(ValueError, match=r"now batching="):
+def test_a_batching_mode_given_as_scheduling_policy_points_to_batching():
+    with pytest.raises(ValueError, match=r"is set by batching="):
         EngineConfig(scheduling_policy="static")
 
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engine.cpu.kv_pool import MIN_AHEAD_BLOCKS, ResidentBlocks, zeroed
-from engine.model_runner import split_by_length
+from engine.step_layout import split_by_length
 
 
 def _cost(num_blocks: list[int], ends: list[int], group_cost: int) -> int:

@@ -10,11 +10,8 @@
  * panels in chunks as they come free; each panel's tiles walk the rows of x while the panel
  * stays in cache, so the weights stream from memory once per block of rows (all rows up to
  * MC_MAX, as in a decode step).
- * The 121 float32 matmuls of a SmolLM2-135M step against oneDNN's packed linear (what the engine
- * ran before; bench/RESULTS.md): on the 2-core AVX2 EPYC 1.46x faster at 1 row, 1.33x at 16-32,
- * 1.16-1.25x at 64, 1.05-1.1x at 512-2048; on the 2-core AVX-512 EPYC (whole k in one pass:
- * splitting it as on AVX2 made them 1.2-1.4x slower there) 1.5-2x at 1-8 rows, 1.1x at 16-128,
- * level at 512-2048. */
+ * With AVX-512 the whole k range goes in one pass; with AVX2 it is split into passes of KC_MAX
+ * (a panel's slice then stays in L1). Against oneDNN's packed linear: bench/RESULTS.md. */
 #include <stdint.h>
 #include <string.h>
 

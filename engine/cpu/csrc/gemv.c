@@ -2,8 +2,8 @@
  * (+ residual), float32 sums, on the model's own weights where they lie.
  *
  * At one row a linear streams its weights once, each value used once: its time is the bytes
- * over memory bandwidth. oneDNN's packed kernels reach half to two thirds of it here (the
- * 2-core AVX-512 EPYC, bench/RESULTS.md); a stream read front to back comes closer. The
+ * over memory bandwidth. oneDNN's packed kernels stay well short of it (bench/RESULTS.md); a
+ * stream read front to back comes closer. The
  * loader stores each nn.Linear weight (out, in) as the transpose of a contiguous (in, out)
  * tensor (engine/loader.py): row k of it holds input k's weight for every output, and a block
  * of rows is one run of memory. So the threads split k: each takes a piece of rows as one comes

@@ -20,8 +20,7 @@
  * sum per row, over tiles of KEY_TILE keys) then works on whole vectors of rows, and
  * out += weights . v takes a few rows at a time, their accumulators in registers. With
  * AVX512-BF16, bfloat16 scores and weighted sums multiply pairs of bfloat16 (vdpbf16ps), the
- * weights rounded to bfloat16 as SDPA's bfloat16 kernels round them. (SDPA ran at ~50 GFLOP/s
- * on the short sequences of prefill chunks here.) Tasks come from a shared counter, the
+ * weights rounded to bfloat16 as SDPA's bfloat16 kernels round them. Tasks come from a shared counter, the
  * longest (the last tile of a chunk) first, on torch's OpenMP team, as in paged_decode.c.
  */
 #include <math.h>

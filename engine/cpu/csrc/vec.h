@@ -15,7 +15,7 @@
 
 /* VW floats to a vector: a zmm register with AVX-512, else a ymm (AVX2). A tile holds VW keys,
  * so its VW scores are one vector; wider vectors than the CPU's split into several registers,
- * and their cross-register shuffles and conversions compile to slow code (4x on AVX2). */
+ * and their cross-register shuffles and conversions compile to slow code. */
 #ifdef __AVX512F__
 #define VW 16
 #else
