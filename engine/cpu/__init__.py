@@ -1,10 +1,13 @@
 """The CPU speed layer: the engine's own C kernels and the code that calls them.
 
 The engine's core (config, sequence, scheduler, block_manager, model_runner, attention,
-llm_engine) runs without this package's kernels: transformers' own modules and torch's SDPA
-over the paged KV pool. `EngineConfig(model_impl="transformers", attention_backend="sdpa")`
-(`--model-impl transformers --attention-backend sdpa`) runs the engine that way; without a C
-compiler the engine takes that path by itself (and logs why).
+llm_engine) runs without the forward and the attention kernels here: transformers' own
+modules and torch's SDPA over the paged KV pool.
+`EngineConfig(model_impl="transformers", attention_backend="sdpa")` (`--model-impl
+transformers --attention-backend sdpa`) runs the engine that way. What the core still takes
+from here has a plain PyTorch path of its own: without a C compiler the kernels are not
+built, attention falls back to SDPA, the native forward and the greedy argmax to PyTorch ops,
+and the log says why.
 
 The core reaches this package only through the names below (`from engine import cpu`), and
 picks what runs once, when an engine is made (`resolve_model_impl`,
