@@ -4,7 +4,7 @@ break it and what they import."""
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.source_tree import ROOT, rel, statements, tree
 
 # The core modules that use the CPU speed layer, and only through the package's own names.
 CPU_SEAM_USERS = {"engine/__init__.py", "engine/llm_engine.py", "engine/model_runner.py",
@@ -16,15 +16,11 @@ GRADIO_MODULES = ("playground/ui/", "playground/board/views.py", "playground/gra
 HTTP_MODULES = ("playground/server/",)
 
 
-def _rel(path: Path) -> str:
-    return path.relative_to(ROOT).as_posix()
-
-
 def _imports(path: Path) -> list[tuple[str, list[str]]]:
     """(module, names imported from it) for every absolute import in `path`; `import x.y`
     gives ("x.y", [])."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in statements(tree(path)):
         if isinstance(node, ast.Import):
             found += [(alias.name, []) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -43,7 +39,7 @@ def _targets(module: str, names: list[str]) -> list[str]:
 
 def _offenders(files, forbidden) -> list[str]:
     return sorted(
-        f"{_rel(path)} imports {module}"
+        f"{rel(path)} imports {module}"
         for path in files
         for module, names in _imports(path)
         if any(forbidden(path, target) for target in _targets(module, names))
@@ -70,8 +66,8 @@ def test_the_engine_core_reaches_the_cpu_layer_only_through_its_package():
             if not uses:
                 continue
             through_seam = module == "engine" or (module == "engine.cpu" and set(names) <= exported)
-            if _rel(path) not in CPU_SEAM_USERS or not through_seam:
-                bad.append(f"{_rel(path)} imports {module} {names}")
+            if rel(path) not in CPU_SEAM_USERS or not through_seam:
+                bad.append(f"{rel(path)} imports {module} {names}")
     assert not bad, f"only {sorted(CPU_SEAM_USERS)} use engine.cpu, by its own names: {bad}"
 
 
@@ -101,7 +97,7 @@ def test_the_playground_leaves_the_cpu_layer_to_the_engine():
 
 def test_only_the_app_imports_the_board_ui():
     def forbidden(path, target):
-        return _under(target, "playground.ui") and not _rel(path).startswith("playground/ui/")
+        return _under(target, "playground.ui") and not rel(path).startswith("playground/ui/")
 
     assert not _offenders(_py("playground"), forbidden)
 
@@ -118,11 +114,11 @@ def test_handles_and_workload_import_nothing_else_of_the_playground():
 
 def test_gradio_and_the_http_framework_stay_in_their_packages():
     def forbidden(path, target):
-        rel = _rel(path)
+        name = rel(path)
         if _under(target, "gradio"):
-            return not rel.startswith(GRADIO_MODULES)
+            return not name.startswith(GRADIO_MODULES)
         if _under(target, "fastapi") or _under(target, "starlette"):
-            return not rel.startswith(HTTP_MODULES)
+            return not name.startswith(HTTP_MODULES)
         return False
 
     assert not _offenders(_py("playground"), forbidden)
