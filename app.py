@@ -75,10 +75,12 @@ def serve(args) -> None:
 
     from engine.cpu.openmp import lower_priority
     from playground.cli import startup
+    from playground.cli.stats_log import start_stats_log
 
     config = startup.engine_config(args)
     engine, lanes, connections, serving = startup.open_engine(args, config)
     driver = startup.start_driver(args, engine, lanes, config, startup.public_limits(args))
+    stats = None if args.disable_log_stats or connections else start_stats_log(driver)
     seat = control_seat(args)
     seat.on_handover = driver.resume  # a pause ends when its holder's seat does
     app = create_app(
@@ -103,6 +105,8 @@ def serve(args) -> None:
     except KeyboardInterrupt:  # uvicorn re-raises the signal once it has shut down
         pass
     finally:
+        if stats is not None:
+            stats.set()
         driver.stop()
         for connection in connections:
             connection.close()
