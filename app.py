@@ -138,9 +138,9 @@ def create_app(
     app = FastAPI(
         title="Continuous batching playground",
         summary="OpenAI-compatible API of the shared engine the board shows",
-        root_path=frontend.root_path,
         **docs,
     )
+    app.root_path = frontend.root_path  # as vLLM sets it (FastAPI's argument is deprecated)
     add_frontend(app, frontend)
     healthz_route(app, driver)
     if api:  # /v1 (OpenAI-compatible), /health and /metrics, before the mount

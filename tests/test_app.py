@@ -14,6 +14,8 @@ def test_create_app_serves_the_board_and_healthz(driver):
         assert health.status_code == 200 and health.json()["status"] == "ok"
         page = client.get("/")
         assert page.status_code == 200 and "gradio" in page.text.lower()
+        assert "Continuous batching playground" in client.get("/openapi.json").text  # the API's
+        assert "access-control-allow-origin" not in health.headers  # no CORS unless asked
 
 
 def test_cli_flags_map_to_engine_config(monkeypatch):

@@ -92,14 +92,10 @@ def load_engine(args: argparse.Namespace, config: EngineConfig) -> LLMEngine:
 
 def start_driver(args, engine, lanes, config: EngineConfig, limits: PublicLimits):
     """The driver thread over `engine`; the engines a reset builds keep --seed."""
-
-    def factory(cfg: EngineConfig) -> LLMEngine:
-        return LLMEngine(engine.model, engine.tokenizer, cfg, seed=args.seed)
-
     driver = EngineDriver(
         engine,
         pace=args.pace,
-        engine_factory=factory,
+        engine_factory=seeded_factory(engine, args.seed),
         base_config=config,
         limits=limits,
         stuck_after_s=args.stuck_after,
@@ -109,6 +105,15 @@ def start_driver(args, engine, lanes, config: EngineConfig, limits: PublicLimits
     if args.scenario:
         SCENARIOS[args.scenario].start(driver)
     return driver
+
+
+def seeded_factory(engine, seed: int | None):
+    """The driver's engine factory: engines over `engine`'s model, each seeded with `seed`."""
+
+    def factory(cfg: EngineConfig) -> LLMEngine:
+        return LLMEngine(engine.model, engine.tokenizer, cfg, seed=seed)
+
+    return factory
 
 
 def add_frontend(app: FastAPI, frontend) -> None:
