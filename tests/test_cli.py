@@ -49,7 +49,8 @@ def test_help_and_a_bad_flag_import_nothing_heavy():
         elapsed = time.monotonic() - started
         assert done.stdout.splitlines()[-1] == f"{code} []", (flags, done.stdout, done.stderr)
         assert elapsed < 10, elapsed  # a loose bound for a loaded machine; typically < 1 s
-    assert "unrecognized arguments: --max-num-seq" in done.stderr  # no abbreviations either
+    assert "--max-num-seq (did you mean --max-num-seqs?)" in done.stderr  # no abbreviations
+    assert len(done.stderr.strip().splitlines()) == 2  # the short usage, and the error
 
 
 def test_every_engine_config_field_is_a_flag_with_its_help_and_default(monkeypatch):
@@ -121,6 +122,23 @@ def test_vllm_serve_flags_are_accepted():
     assert engine_config(args).max_waiting == 9  # --max-num-queued-reqs is EngineConfig's
     assert engine_config(args).max_model_len == 1000
     assert ALIASES["max_waiting"] == "--max-num-queued-reqs"
+
+
+def test_vllm_values_this_engine_takes_in_part(capsys, tmp_path):
+    """--max-logprobs (vllm/config/model.py: default 20, -1 = no cap) stops at the engine's
+    cap of 20; --generation-config (same file) is 'auto', 'vllm' or a folder holding
+    generation_config.json."""
+    (tmp_path / "generation_config.json").write_text("{}")
+    assert parse_args(["--generation-config", str(tmp_path)]).generation_config == str(tmp_path)
+    assert parse_args(["--max-logprobs", "20"]).max_logprobs == 20
+    for flags, says in (
+        (["--max-logprobs", "-1"], "at most 20 per token"),
+        (["--max-logprobs", "21"], "at most 20 per token"),
+        (["--generation-config", "/no/such"], "generation_config.json"),
+    ):
+        with pytest.raises(SystemExit):
+            parse_args(flags)
+        assert says in capsys.readouterr().err
 
 
 def test_gpu_only_flags_say_they_do_nothing_here():

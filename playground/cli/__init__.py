@@ -8,8 +8,10 @@ playground's (board_flags.py). docs/cli.md lists them.
 """
 
 import argparse
+import difflib
 import functools
 import sys
+from pathlib import Path
 
 from playground.cli.board_flags import (
     add_board_flags,
@@ -25,9 +27,26 @@ from playground.cli.vllm_flags import add_vllm_flags
 MAX_ENGINE_URLS = 2  # compare mode: two servers side by side
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser that names the closest flag when one is mistyped."""
+
+    def parse_args(self, args=None, namespace=None):
+        parsed, unknown = self.parse_known_args(args, namespace)
+        if unknown:
+            flags = list(self._option_string_actions)
+            hints = [
+                f"{arg} (did you mean {close[0]}?)" if close else arg
+                for arg in unknown
+                for close in [difflib.get_close_matches(arg.split("=")[0], flags, n=1)]
+            ]
+            self.error(f"unrecognized arguments: {' '.join(hints)}")
+        return parsed
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="app.py",
+        usage="%(prog)s [MODEL] [--flag value ...]   (%(prog)s --help lists the flags)",
         description="Continuous batching playground: the board, and an OpenAI-compatible API "
         "of the engine it shows. vllm serve's flags work too (docs/cli.md).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -60,6 +79,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.engine_url and len(args.engine_url) > MAX_ENGINE_URLS:
         p.error(f"--engine-url: at most {MAX_ENGINE_URLS} servers (compare mode)")
     _check_engine_config(p, args)
+    _check_vllm_values(p, args)
     return args
 
 
@@ -73,6 +93,22 @@ def _check_engine_config(p: argparse.ArgumentParser, args: argparse.Namespace) -
         p.error(f"--{exc.field.replace('_', '-')}: {exc}")
     except ValueError as exc:
         p.error(str(exc))
+
+
+def _check_vllm_values(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """vLLM's flags whose values this engine takes only in part."""
+    most = import_leaf("engine.sampling_params").MAX_LOGPROBS
+    if args.max_logprobs is not None and not 0 <= args.max_logprobs <= most:
+        p.error(
+            f"--max-logprobs: this engine returns at most {most} per token; 0 to {most}, "
+            f"got {args.max_logprobs}"
+        )
+    folder = args.generation_config
+    if folder not in ("auto", "vllm") and not (Path(folder) / "generation_config.json").is_file():
+        p.error(
+            f"--generation-config: 'auto', 'vllm' or a folder with generation_config.json, "
+            f"got {folder!r}"
+        )
 
 
 @functools.cache
