@@ -15,6 +15,8 @@ from playground.cli.loading import chat_template, check_kv_cache_dtype, hub_opti
 from playground.cli.model_source import StartupError, check_model
 from playground.cli.startup import engine_config, load_engine, seeded_factory
 from playground.cli.stats_log import StatsLogger
+from playground.driver import EngineDriver
+from tests.api.server import TINY_MODEL, bare_app
 from tests.tiny_models import make_tiny_model
 
 
@@ -131,3 +133,23 @@ def test_stats_line_as_vllm_logs_it():
     )
     assert stats.line(snap(100, 50, 0), now=20.0)[1] is False  # the interval before had tokens
     assert stats.line(snap(100, 50, 0), now=30.0)[1] is True
+
+
+def test_sse_keep_alive_interval_reaches_the_stream(make_engine):
+    """--sse-keep-alive-interval (vllm/entrypoints/launchers/cli_args.py: seconds, 0 = no
+    comments): a stream that waits on a paused board comments at that interval, or not at
+    all with 0."""
+    assert app.Frontend.from_args(parse_args(["--sse-keep-alive-interval", "0"])) == app.Frontend(
+        sse_keep_alive_interval=0
+    )
+    driver = EngineDriver(make_engine(), max_pause_s=1.2)  # the pause ends by itself
+    body = {"model": TINY_MODEL, "prompt": "hi", "max_tokens": 2, "stream": True}
+    try:
+        for interval, commented in ((0.3, True), (0, False)):
+            with TestClient(bare_app(lambda: driver, sse_keep_alive_interval=interval)) as client:
+                driver.pause()
+                raw = client.post("/v1/completions", json=body).text
+            comments = [e for e in raw.split("\n\n") if e.startswith(":")]
+            assert bool(comments) is commented and raw.endswith("data: [DONE]\n\n"), raw
+    finally:
+        driver.stop()
