@@ -87,7 +87,7 @@ def _add_model_flags(group) -> None:
         "--max-logprobs",
         type=int,
         default=None,
-        help="most logprobs a request may ask for (default and most: the engine's)",
+        help="0 to 20: requests are held to the engine's own cap of 20 logprobs per token",
     )
     group.add_argument(
         "--chat-template",
@@ -97,9 +97,8 @@ def _add_model_flags(group) -> None:
     group.add_argument(
         "--generation-config",
         default="auto",
-        help="auto: the model's generation_config.json gives the sampling "
-        "defaults of requests that set none; vllm: none; or a folder to read "
-        "it from",
+        help="auto, vllm, or a folder holding generation_config.json (checked; requests "
+        "keep the API's own sampling defaults)",
     )
 
 
