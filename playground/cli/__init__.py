@@ -76,8 +76,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.model_tag and args.model and args.model_tag != args.model:
         p.error(f"the model is given twice: {args.model_tag!r} and --model {args.model!r}")
     args.model = args.model_tag or args.model or "default"
-    if args.engine_url and len(args.engine_url) > MAX_ENGINE_URLS:
-        p.error(f"--engine-url: at most {MAX_ENGINE_URLS} servers (compare mode)")
+    _check_engine_urls(p, args)
     _check_engine_config(p, args)
     _check_vllm_values(p, args)
     return args
@@ -93,6 +92,21 @@ def _check_engine_config(p: argparse.ArgumentParser, args: argparse.Namespace) -
         p.error(f"--{exc.field.replace('_', '-')}: {exc}")
     except ValueError as exc:
         p.error(str(exc))
+
+
+def _check_engine_urls(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--engine-url: at most two, each as http://HOST:PORT (what a user types, normalized)."""
+    urls = args.engine_url or []
+    if len(urls) > MAX_ENGINE_URLS:
+        p.error(f"--engine-url: at most {MAX_ENGINE_URLS} servers (compare mode)")
+    if urls:  # the remote client's module, only for a remote board: it loads httpx
+        from playground.remote.connection import normalize_url
+
+        try:
+            urls = [normalize_url(u) for u in urls]
+        except ValueError as exc:
+            p.error(f"--{exc}")
+    args.engine_url = urls
 
 
 def _check_vllm_values(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -18,7 +18,7 @@ from playground.cli.engine_flags import engine_overrides
 from playground.cli.loading import chat_template, check_kv_cache_dtype, hub_options
 from playground.cli.model_source import StartupError
 from playground.driver import EngineDriver
-from playground.remote.connection import Connection, normalize_url
+from playground.remote.connection import Connection
 from playground.remote.engine import RemoteEngine, remote_lanes
 from playground.workload.scenarios import SCENARIOS
 
@@ -50,10 +50,7 @@ def open_engine(args: argparse.Namespace, config: EngineConfig):
     if args.scenario and args.scenario not in SCENARIOS:
         raise StartupError(f"--scenario {args.scenario!r}: one of {', '.join(sorted(SCENARIOS))}")
     if args.engine_url:
-        try:
-            urls = [normalize_url(u) for u in args.engine_url]
-        except ValueError as exc:
-            raise StartupError(f"--{exc}") from None
+        urls = args.engine_url  # normalized by parse_args
         connections = [
             Connection(
                 url,
