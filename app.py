@@ -13,9 +13,7 @@ The flags (playground/cli/, docs/cli.md) are read before anything heavy is impor
 mounted at "/" and `GET /healthz`, so other routes can join the same server.
 """
 
-import logging
 import os
-import secrets
 import sys
 import time
 from dataclasses import dataclass
@@ -28,7 +26,6 @@ from playground.cli.model_source import StartupError, check_model  # noqa: E402
 from playground.cli.vllm_flags import no_effect_notes  # noqa: E402
 
 DEFAULT_PORT = 7860
-log = logging.getLogger("app")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,10 +51,12 @@ class Frontend:
 
 def main(argv=None) -> None:
     args = parse_args(argv)  # torch-free: --help and a bad flag answer before any heavy import
+    import logging
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per remote request
     for note in no_effect_notes(args):
-        log.warning(note)
+        logging.getLogger("app").warning(note)
     try:
         if not args.engine_url:
             check_model(args.model, args.revision, args.hf_token)
@@ -166,6 +165,8 @@ def control_seat(args) -> Seat:
     mode = ControlMode(args.controls or default)
     key = args.presenter_key
     if mode is ControlMode.LOCKED and not key:
+        import secrets
+
         key = secrets.token_urlsafe(12)
     return Seat(mode, SeatPolicy(term_s=args.seat_term, idle_s=args.seat_idle), key)
 

@@ -72,7 +72,6 @@ def add_limit_flags(p: argparse.ArgumentParser) -> None:
 
 def add_board_flags(p: argparse.ArgumentParser) -> None:
     clock = import_leaf("playground.driver.clock")
-    watchdog = import_leaf("playground.driver.watchdog")
     seat = SeatPolicy()
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--dtype", default="auto", help="auto (CPU float32, CUDA bfloat16) | bfloat16")
@@ -85,8 +84,8 @@ def add_board_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--stuck-after",
         type=_seconds,
-        default=watchdog.STUCK_AFTER_S,
-        help="seconds before a step is reported stuck",
+        default=None,
+        help="seconds before a step is reported stuck (default: the driver's watchdog's)",
     )
     p.add_argument(
         "--controls",

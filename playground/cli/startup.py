@@ -95,9 +95,9 @@ def start_driver(args, engine, lanes, config: EngineConfig, limits: PublicLimits
         engine_factory=seeded_factory(engine, args.seed),
         base_config=config,
         limits=limits,
-        stuck_after_s=args.stuck_after,
         lanes=lanes,
         max_pause_s=args.max_pause,
+        **_given(stuck_after_s=args.stuck_after),
     )
     if args.scenario:
         SCENARIOS[args.scenario].start(driver)
