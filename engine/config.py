@@ -1,6 +1,6 @@
 """EngineConfig: the knobs of the scheduler, the KV cache and the model runner."""
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from engine.validation import FieldError, check_choice, check_int
 
@@ -11,30 +11,51 @@ MODEL_IMPLS = ("auto", "native", "transformers")
 ATTENTION_BACKENDS = ("auto", "paged_kernel", "sdpa")
 
 
+def _knob(default, help: str, choices: tuple | None = None):
+    """A field with its default, its help text and, for a choice, the values it takes (the
+    command line builds one flag per field from these)."""
+    return field(default=default, metadata={"help": help, "choices": choices})
+
+
 @dataclass(slots=True)
 class EngineConfig:
-    max_num_seqs: int = 32  # sequences in one step's batch
-    max_num_batched_tokens: int = 512  # token budget of one step (prefill chunks + decodes)
-    block_size: int = 16  # tokens per KV block
-    num_kv_blocks: int | None = None  # None = sized from free memory when the runner starts
-    max_model_len: int | None = None  # None = the model's context window
-    batching: str = "continuous"  # "static": admit a new batch only when none runs
-    # the waiting queue's order: "fcfs" (arrival) or "priority" (lower first, then arrival;
-    # a waiting request may preempt running ones of a lower priority)
-    scheduling_policy: str = "fcfs"
-    kv_backend: str = "paged"  # "hf_cache": one transformers DynamicCache per sequence
-    enable_chunked_prefill: bool = True  # a long prompt may span several steps
-    enable_prefix_caching: bool = True  # reuse full KV blocks of identical prefixes
-    max_waiting: int = 1024  # add_request refuses past this many waiting requests
-    torch_compile: bool = False  # paged: the step's forward through torch.compile (slow start)
-    # paged: "native" = the engine's fused forward (Llama-family models), "transformers" = the
-    # model's own modules; "auto" = native where the family is supported and not compiling
-    model_impl: str = "auto"
-    # paged attention: "paged_kernel" = the engine's C kernels (one for decodes, one for
-    # prefill chunks), reading each sequence's blocks in place (CPU; built with the system C
-    # compiler on first use), "sdpa" = gather the blocks, then torch's SDPA; "auto" = the
-    # kernels where they build and fit, else sdpa
-    attention_backend: str = "auto"
+    """Every field is a flag of the command line (dashed), with its metadata's help text."""
+
+    max_num_seqs: int = _knob(32, "sequences in one step's batch")
+    max_num_batched_tokens: int = _knob(512, "token budget of one step (prefill chunks + decodes)")
+    block_size: int = _knob(16, "tokens per KV block")
+    num_kv_blocks: int | None = _knob(None, "KV blocks in the pool; None = sized from free memory")
+    max_model_len: int | None = _knob(None, "longest prompt + output; None = the model's window")
+    batching: str = _knob("continuous", "static: admit a new batch only when none runs", BATCHING)
+    scheduling_policy: str = _knob(
+        "fcfs",
+        "the waiting queue's order: fcfs (arrival) or priority (lower first, then arrival; a "
+        "waiting request may preempt running ones of a lower priority)",
+        SCHEDULING_POLICIES,
+    )
+    kv_backend: str = _knob(
+        "paged", "hf_cache: one transformers DynamicCache per sequence", KV_BACKENDS
+    )
+    enable_chunked_prefill: bool = _knob(True, "a long prompt may span several steps")
+    enable_prefix_caching: bool = _knob(True, "reuse full KV blocks of identical prefixes")
+    max_waiting: int = _knob(1024, "add_request refuses past this many waiting requests")
+    torch_compile: bool = _knob(
+        False, "paged: the step's forward through torch.compile (minutes to start on a CPU)"
+    )
+    model_impl: str = _knob(
+        "auto",
+        "paged: native = the engine's fused forward (Llama-family models), transformers = the "
+        "model's own modules; auto = native where the family is supported and not compiling",
+        MODEL_IMPLS,
+    )
+    attention_backend: str = _knob(
+        "auto",
+        "paged attention: paged_kernel = the engine's C kernels (one for decodes, one for "
+        "prefill chunks) reading each sequence's blocks in place (CPU; built with the system C "
+        "compiler on first use), sdpa = gather the blocks, then torch's SDPA; auto = the "
+        "kernels where they build and fit, else sdpa",
+        ATTENTION_BACKENDS,
+    )
 
     def __post_init__(self):
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_waiting"):

@@ -55,6 +55,8 @@ def load_model(
     dtype: torch.dtype | str | None = None,
     cache_dir: str | Path | None = None,
     cpu_layout: bool = True,
+    tokenizer: str | None = None,
+    hub: dict | None = None,
 ):
     """Load `name` in eval mode on `device` (resolved as in `resolve_device`) with `dtype`
     (None or "auto" = `default_dtype(device)`); returns `(model, tokenizer)`. On CPU the
@@ -62,13 +64,18 @@ def load_model(
 
     The tokenizer always has a pad token (eos when the model defines none). `cache_dir`
     (else $CB_PLAYGROUND_CACHE, else ~/.cache/cb-playground/models) holds the converted GGUF.
+    `tokenizer`: another tokenizer's folder or hub id (default: the model's). `hub`: keyword
+    arguments of transformers' `from_pretrained` (vLLM's loading flags): revision,
+    trust_remote_code, token, cache_dir (of hub downloads), use_safetensors.
     """
     device = resolve_device(device)
     dtype = _resolve_dtype(dtype, device)
     source = _resolve_source(name, cache_dir)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
+        tokenizer = AutoTokenizer.from_pretrained(
+            tokenizer or source, **_tokenizer_options(hub, own=tokenizer is None)
+        )
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **(hub or {}))
     except (OSError, ValueError) as err:
         if name == "default" and source == DEFAULT_HUB_ID:
             raise ModelNotFoundError(
@@ -103,6 +110,13 @@ def transpose_linear_weights(model) -> int:
                 weight.data = weight.data.t().contiguous().t()
                 changed += 1
     return changed
+
+
+def _tokenizer_options(hub: dict | None, own: bool) -> dict:
+    """The model's hub options that its tokenizer takes too; the revision only for the
+    model's own tokenizer (as vLLM: another one is read at its default revision)."""
+    skip = {"use_safetensors"} if own else {"use_safetensors", "revision"}
+    return {k: v for k, v in (hub or {}).items() if k not in skip}
 
 
 def _resolve_dtype(dtype: torch.dtype | str | None, device: torch.device) -> torch.dtype:

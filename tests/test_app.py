@@ -5,6 +5,7 @@ from fastapi.testclient import TestClient
 
 import app
 from playground.access.limits import PublicLimits
+from playground.cli.startup import engine_config, public_limits
 
 
 def test_create_app_serves_the_board_and_healthz(driver):
@@ -13,25 +14,27 @@ def test_create_app_serves_the_board_and_healthz(driver):
         assert health.status_code == 200 and health.json()["status"] == "ok"
         page = client.get("/")
         assert page.status_code == 200 and "gradio" in page.text.lower()
+        assert "Continuous batching playground" in client.get("/openapi.json").text  # the API's
+        assert "access-control-allow-origin" not in health.headers  # no CORS unless asked
 
 
 def test_cli_flags_map_to_engine_config(monkeypatch):
     args = app.parse_args(["--max-num-seqs", "4", "--num-kv-blocks", "64",
                            "--batching", "static", "--scheduling-policy", "priority",
                            "--no-prefix-caching"])  # fmt: skip
-    cfg = app.engine_config(args)
+    cfg = engine_config(args)
     assert (cfg.max_num_seqs, cfg.num_kv_blocks, cfg.batching) == (4, 64, "static")
     assert cfg.scheduling_policy == "priority"
     assert cfg.enable_prefix_caching is False and cfg.enable_chunked_prefill is True
     assert cfg.torch_compile is False
-    assert app.engine_config(app.parse_args(["--torch-compile"])).torch_compile is True
+    assert engine_config(app.parse_args(["--torch-compile"])).torch_compile is True
     assert cfg.attention_backend == "auto"
-    sdpa = app.engine_config(app.parse_args(["--attention-backend", "sdpa"]))
+    sdpa = engine_config(app.parse_args(["--attention-backend", "sdpa"]))
     assert sdpa.attention_backend == "sdpa"
-    limits = app.public_limits(app.parse_args(["--limit-max-tokens", "64", "--limit-in-flight",
-                                               "2", "--request-timeout", "0"]))  # fmt: skip
+    limits = public_limits(app.parse_args(["--limit-max-tokens", "64", "--limit-in-flight",
+                                           "2", "--request-timeout", "0"]))  # fmt: skip
     assert (limits.max_tokens, limits.max_in_flight, limits.default_timeout_s) == (64, 2, None)
-    assert app.public_limits(app.parse_args([])) == PublicLimits()
+    assert public_limits(app.parse_args([])) == PublicLimits()
     monkeypatch.delenv("SPACE_ID", raising=False)
     monkeypatch.delenv("GRADIO_SERVER_PORT", raising=False)
     monkeypatch.setenv("PORT", "9999")
@@ -64,13 +67,13 @@ def test_vllm_serve_spellings(monkeypatch):
     flags = ["--num-gpu-blocks-override", "96", "--no-enable-prefix-caching",
              "--no-enable-chunked-prefill", "--served-model-name", "qwen", hub_id]  # fmt: skip
     args = app.parse_args([hub_id, *flags])
-    cfg = app.engine_config(args)
+    cfg = engine_config(args)
     assert args.model == hub_id and cfg.num_kv_blocks == 96
     assert cfg.enable_prefix_caching is False and cfg.enable_chunked_prefill is False
     assert args.served_model_name == ["qwen", hub_id]
     assert app.parse_args(["--model", "gpt2"]).model == "gpt2"
     assert app.parse_args([]).model == "default" and app.parse_args([]).served_model_name is None
-    plain = app.engine_config(app.parse_args(["--enable-prefix-caching", "--no-chunked-prefill"]))
+    plain = engine_config(app.parse_args(["--enable-prefix-caching", "--no-chunked-prefill"]))
     assert plain.enable_prefix_caching is True and plain.enable_chunked_prefill is False
     with pytest.raises(SystemExit):
         app.parse_args(["gpt2", "--model", "other"])  # the model given twice

@@ -85,6 +85,7 @@ def register_api(
     metrics: bool = True,
     api_keys: Sequence[str] = (),
     stream_interval: int = 1,
+    sse_keep_alive_interval: float | None = None,
 ) -> None:
     """Add the /v1 routes, GET /health (and GET /metrics) to `app`; call before mounting
     Gradio at "/".
@@ -97,11 +98,14 @@ def register_api(
     `api_keys`, every /v1 route wants `Authorization: Bearer <one of them>` (401 otherwise).
     `stream_interval` is vLLM's `--stream-interval`: a streamed chunk waits for that many new
     tokens (the first and the last go at once); a request's own `stream_interval` may raise it.
+    `sse_keep_alive_interval` is vLLM's `--sse-keep-alive-interval`: seconds of quiet before a
+    waiting stream sends a comment line (0: none; None: KEEPALIVE_S).
     """
     if isinstance(stream_interval, bool) or not isinstance(stream_interval, int):
         raise TypeError(f"stream_interval must be an int, got {stream_interval!r}")
     if stream_interval < 1:
         raise ValueError(f"stream_interval must be >= 1, got {stream_interval}")
+    streaming = (stream_interval, sse_keep_alive_interval)
     get_driver = driver if callable(driver) else (lambda: driver)
     given = (model_name,) if isinstance(model_name, str) else tuple(model_name or ())
     guard = [Depends(bearer_auth(api_keys))] if api_keys else []
@@ -140,11 +144,11 @@ def register_api(
 
     @app.post("/v1/chat/completions", dependencies=guard, **ROUTE_DOCS[ChatCompletionRequest])
     async def chat_completions(request: Request):
-        return await _serve(request, ChatCompletionRequest, ready, check_model, stream_interval)
+        return await _serve(request, ChatCompletionRequest, ready, check_model, streaming)
 
     @app.post("/v1/completions", dependencies=guard, **ROUTE_DOCS[CompletionRequest])
     async def completions(request: Request):
-        return await _serve(request, CompletionRequest, ready, check_model, stream_interval)
+        return await _serve(request, CompletionRequest, ready, check_model, streaming)
 
     def describe():
         d = get_driver()
@@ -188,7 +192,7 @@ def bearer_auth(api_keys: Sequence[str]):
     return check
 
 
-async def _serve(request: Request, body_cls, ready, check_model, stream_interval: int):
+async def _serve(request: Request, body_cls, ready, check_model, streaming: tuple):
     try:
         d = ready()
         body = await _parse(request, body_cls)
@@ -210,8 +214,10 @@ async def _serve(request: Request, body_cls, ready, check_model, stream_interval
             if not tracker.finished:
                 d.abort(job.request_id)
 
+        stream_interval, keep_alive_s = streaming
         every = max(stream_interval, body.stream_interval or 1)
-        return _EventStream(_stream(d, handle, tracker, every), on_close=close)
+        keep_alive_s = KEEPALIVE_S if keep_alive_s is None else keep_alive_s
+        return _EventStream(_stream(d, handle, tracker, every, keep_alive_s), on_close=close)
     return await _respond(request, d, handle, tracker)
 
 
@@ -394,11 +400,13 @@ async def _respond(request: Request, d: EngineDriver, handle: RequestHandle, tra
                         return exc.response()
 
 
-async def _stream(d: EngineDriver, handle: RequestHandle, tracker, stream_interval: int):
+async def _stream(
+    d: EngineDriver, handle: RequestHandle, tracker, stream_interval: int, keep_alive_s: float
+):
     """The server-sent events of one request, each with `stream_interval` new tokens or more
     (the first and the last aside), `data: [DONE]` last. A failure part-way sends an error
     event (OpenAI's shape) instead of the rest; the response's on_close then aborts the
-    request. While no output comes for KEEPALIVE_S (a paused board: it resumes by itself
+    request. While no output comes for `keep_alive_s` (> 0; a paused board: it resumes by itself
     within the driver's max_pause_s) a comment line keeps the connection alive and says why;
     SSE clients skip comments."""
     try:
@@ -407,7 +415,7 @@ async def _stream(d: EngineDriver, handle: RequestHandle, tracker, stream_interv
             async for out in stream:
                 now = time.monotonic()
                 if out is None:
-                    if now - quiet_since >= KEEPALIVE_S:
+                    if keep_alive_s and now - quiet_since >= keep_alive_s:
                         quiet_since = now
                         yield _keepalive(d.state().paused_until, now)
                     continue

@@ -30,6 +30,7 @@ import uvicorn
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import app  # noqa: E402
+import playground.ui  # noqa: E402
 from engine import LLMEngine, SamplingParams  # noqa: E402
 from engine.cpu.openmp import lower_priority  # noqa: E402
 from playground.driver import EngineDriver  # noqa: E402
@@ -129,8 +130,8 @@ def main() -> None:
     callbacks.board_values = _timed(callbacks.board_values, BOARD_COSTS)
     callbacks.chart_values = _timed(callbacks.chart_values, CHART_COSTS)
     built = {}
-    real_build = app.build_ui
-    app.build_ui = lambda d, seat=None: built.setdefault("demo", real_build(d, seat))
+    real_build = playground.ui.build_ui  # create_app imports it when called
+    playground.ui.build_ui = lambda d, seat=None: built.setdefault("demo", real_build(d, seat))
     engine = LLMEngine.from_pretrained("default", num_kv_blocks=512, max_num_seqs=16)
     driver = EngineDriver(engine)
     fastapi_app = app.create_app(driver)
