@@ -34,12 +34,14 @@ from engine import EngineConfig, LLMEngine  # noqa: E402
 from engine.config import ATTENTION_BACKENDS, BATCHING, MODEL_IMPLS, SCHEDULING_POLICIES  # noqa: E402
 from engine.cpu.openmp import lower_priority  # noqa: E402
 from playground.access.limits import PublicLimits  # noqa: E402
+from playground.access.public import is_public  # noqa: E402
 from playground.access.seat import PRESENTER_PARAM, ControlMode, Seat, SeatPolicy  # noqa: E402
 from playground.driver import MAX_PAUSE_S, MIN_PACE, STUCK_AFTER_S, EngineDriver  # noqa: E402
 from playground.driver.clock import parse_pace  # noqa: E402
 from playground.remote.connection import MAX_CONCURRENCY, Connection, normalize_url  # noqa: E402
 from playground.remote.engine import RemoteEngine, remote_lanes  # noqa: E402
 from playground.server.api import refuse_other_methods, register_api  # noqa: E402
+from playground.server.options import ServingOptions  # noqa: E402
 from playground.ui import build_ui, load_asset  # noqa: E402
 from playground.workload.scenarios import SCENARIOS  # noqa: E402
 
@@ -121,7 +123,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--pace", default="max", type=_pace, help=f"'max' or steps per second, >= {MIN_PACE:g}"
     )
-    limits = PublicLimits()
+    limits = PublicLimits.defaults(public=is_public())  # a Space keeps its per-visitor limit
     p.add_argument("--limit-prompt-tokens", type=int, default=limits.max_prompt_tokens)
     p.add_argument("--limit-max-tokens", type=int, default=limits.max_tokens)
     p.add_argument("--limit-n", type=int, default=limits.max_n)
@@ -328,8 +330,10 @@ def create_app(
         }
 
     if api:  # /v1 (OpenAI-compatible), /health and /metrics, before the mount
+        keep_alive = ServingOptions.defaults(public=is_public()).sse_keep_alive_interval
         register_api(app, driver, model_name=served_model_names, api_keys=api_keys or (),
-                     stream_interval=stream_interval)  # fmt: skip
+                     stream_interval=stream_interval,
+                     sse_keep_alive_interval=keep_alive)  # fmt: skip
         refuse_other_methods(app)
     demo = build_ui(driver, seat)
     theme = gr.themes.Soft(primary_hue="indigo", neutral_hue="slate")
