@@ -1,7 +1,7 @@
 """The served model: its names, the engine behind it, its /v1/models card.
 
-As vLLM's OpenAIServingModels (vllm/entrypoints/openai/models/serving.py): a card with `root` (the model it was loaded from), `parent` (null: no adapters here) and one
-permission object.
+As vLLM's OpenAIServingModels (vllm/entrypoints/openai/models/serving.py): a card with `root`
+(the model it was loaded from), `parent` (null: no adapters here) and one permission object.
 """
 
 import os
