@@ -10,7 +10,7 @@ CHROMIUM := /usr/bin/chromium
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup system-packages test test-api-fuzz lint format run bench bench-scaling bench-beam bench-vllm lock
+.PHONY: setup system-packages test test-api-fuzz lint format run bench bench-scaling bench-beam bench-vllm bench-serve lock
 
 # What `make test` needs. run and bench need only the venv (and a C compiler for the paged
 # decode kernel, else the engine gathers + SDPA); chromium is for the e2e tests.
@@ -83,3 +83,8 @@ $(VLLM_STAMP): requirements-vllm.txt
 
 bench-vllm: $(STAMP) $(VLLM_STAMP)
 	$(PY) bench/bench_vllm.py $(ARGS)
+
+# vLLM's own serving benchmark client (`vllm bench serve`) against `python app.py` and vLLM's
+# server, both with their defaults: 0 failed requests, throughput, TTFT, TPOT and ITL side by side.
+bench-serve: $(STAMP) $(VLLM_STAMP)
+	$(PY) bench/bench_serve.py --output-md bench/results/serve.md $(ARGS)

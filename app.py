@@ -36,6 +36,7 @@ class Frontend:
     allowed_origins: tuple[str, ...] = ()  # CORS: origins browsers may call from
     docs: bool = True  # /docs, /redoc, /openapi.json
     sse_keep_alive_interval: float | None = None  # None: the server's default
+    strict_request_fields: bool = False  # 400 for an unknown request field
     log_requests: bool = False  # one log line per API request
 
     @classmethod
@@ -45,6 +46,7 @@ class Frontend:
             allowed_origins=tuple(args.allowed_origins or ()),
             docs=not args.disable_fastapi_docs,
             sse_keep_alive_interval=args.sse_keep_alive_interval,
+            strict_request_fields=args.strict_request_fields,
             log_requests=args.enable_log_requests,
         )
 
@@ -129,8 +131,10 @@ def create_app(
     import gradio as gr
     from fastapi import FastAPI
 
+    from playground.access.public import is_public
     from playground.cli.startup import add_frontend, healthz_route
     from playground.server.api import refuse_other_methods, register_api
+    from playground.server.options import ServingOptions
     from playground.ui import build_ui, load_asset
 
     docs = {} if frontend.docs else {"openapi_url": None, "docs_url": None, "redoc_url": None}
@@ -143,13 +147,17 @@ def create_app(
     add_frontend(app, frontend)
     healthz_route(app, driver)
     if api:  # /v1 (OpenAI-compatible), /health and /metrics, before the mount
+        keep_alive = frontend.sse_keep_alive_interval
+        if keep_alive is None:  # vllm serve's default; a public server keeps its streams alive
+            keep_alive = ServingOptions.defaults(public=is_public()).sse_keep_alive_interval
         register_api(
             app,
             driver,
             model_name=served_model_names,
             api_keys=api_keys or (),
             stream_interval=stream_interval,
-            sse_keep_alive_interval=frontend.sse_keep_alive_interval,
+            sse_keep_alive_interval=keep_alive,
+            strict_request_fields=frontend.strict_request_fields,
         )
         refuse_other_methods(app)
     demo = build_ui(driver, seat)

@@ -1,8 +1,10 @@
 """Turn what a caller sends (text, token ids or chat messages) into prompt token ids."""
 
 
-def tokenize_prompt(tokenizer, prompt) -> tuple[str | None, list[int]]:
-    """(prompt text, token ids); ValueError naming `prompt` when it is unusable."""
+def tokenize_prompt(tokenizer, prompt, chat_template_kwargs=None) -> tuple[str | None, list[int]]:
+    """(prompt text, token ids); ValueError naming `prompt` when it is unusable.
+    `chat_template_kwargs`: for chat messages, the chat template's options (vLLM's request
+    fields: add_generation_prompt, continue_final_message and the template's own variables)."""
     if isinstance(prompt, str):
         if not prompt.strip():
             raise ValueError("prompt must contain some non-whitespace text")
@@ -26,7 +28,8 @@ def tokenize_prompt(tokenizer, prompt) -> tuple[str | None, list[int]]:
             _check_unicode(f"prompt[{i}].content", m["content"])
         if not any(m["content"].strip() for m in prompt):
             raise ValueError("prompt messages must contain some non-whitespace text")
-        text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+        options = {"add_generation_prompt": True, **(chat_template_kwargs or {}), "tokenize": False}
+        text = tokenizer.apply_chat_template(prompt, **options)
         return text, tokenizer.encode(text, add_special_tokens=False)
     raise ValueError("prompt list must hold only token ids (int) or only chat messages (dict)")
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass, replace
 from engine import SamplingParams
 from playground.handles import RequestRejected
 
+PUBLIC_MAX_IN_FLIGHT = 4  # unfinished requests per visitor on a public server
+
 
 class LimitExceeded(RequestRejected):
     """A request past a public limit (code "limit_exceeded"); `message` is the text after the
@@ -27,12 +29,15 @@ class PublicLimits:
     max_prompt_tokens: int = 2048
     max_tokens: int = 512
     max_n: int = 4
-    max_in_flight: int = 4  # unfinished requests per visitor (browser session, API client)
+    # unfinished requests per visitor (browser session, API client); None: no limit
+    max_in_flight: int | None = None
     default_timeout_s: float | None = 300.0  # for requests that set none; None = never
 
     def __post_init__(self):
         for name in ("max_prompt_tokens", "max_tokens", "max_n", "max_in_flight"):
             value = getattr(self, name)
+            if name == "max_in_flight" and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         t = self.default_timeout_s
@@ -40,6 +45,11 @@ class PublicLimits:
             isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t <= 0
         ):
             raise ValueError(f"default_timeout_s must be a number > 0 or None, got {t!r}")
+
+    @classmethod
+    def defaults(cls, public: bool) -> "PublicLimits":
+        """vllm serve's defaults; on a public server, at most PUBLIC_MAX_IN_FLIGHT per visitor."""
+        return cls(max_in_flight=PUBLIC_MAX_IN_FLIGHT if public else None)
 
     def check(self, params: SamplingParams, num_prompt_tokens: int) -> SamplingParams:
         """`params` with the default timeout filled in; LimitExceeded past a limit."""

@@ -7,6 +7,10 @@ thread. Whatever is refused raises one RequestRejected whose `field` names what 
 (`status` and `code` say why). Simulated users do not come through this door.
 """
 
+import os
+
+from jinja2 import TemplateError
+
 from engine import FieldError, SamplingParams
 from engine.request_input import tokenize_prompt
 from playground.driver import EngineDriver
@@ -15,14 +19,21 @@ from playground.handles import RequestHandle, RequestRejected, preview
 SUBMIT_TIMEOUT_S = 30.0  # for the driver to take the request
 
 
-def tokenize(driver: EngineDriver, prompt) -> list[int] | None:
-    """The prompt's token ids (chat messages through the chat template); None on a board over
-    a remote server, which has no tokenizer here: the prompt goes as it is."""
+def is_public(public_flag: bool = False) -> bool:
+    """Whether this server is open to the public: on a Space (SPACE_ID is set), or --public.
+    A public server keeps its per-visitor limits and keep-alive comments on by default."""
+    return public_flag or bool(os.environ.get("SPACE_ID"))
+
+
+def tokenize(driver: EngineDriver, prompt, chat_template_kwargs=None) -> list[int] | None:
+    """The prompt's token ids (chat messages through the chat template, with its options
+    `chat_template_kwargs`); None on a board over a remote server, which has no tokenizer
+    here: the prompt goes as it is."""
     if driver.tokenizer is None:
         return None
     try:
-        _, token_ids = tokenize_prompt(driver.tokenizer, prompt)
-    except ValueError as exc:
+        _, token_ids = tokenize_prompt(driver.tokenizer, prompt, chat_template_kwargs)
+    except (ValueError, TemplateError) as exc:  # a template may raise on its options
         raise RequestRejected(str(exc), "prompt") from None
     return token_ids
 

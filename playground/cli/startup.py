@@ -5,6 +5,7 @@ and FastAPI."""
 import argparse
 import logging
 import time
+from dataclasses import replace
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -14,6 +15,7 @@ from engine import EngineConfig, LLMEngine
 from engine.cpu.openmp import off_thread
 from engine.loader import load_model
 from playground.access.limits import PublicLimits
+from playground.access.public import is_public
 from playground.cli.engine_flags import engine_overrides
 from playground.cli.loading import chat_template, check_kv_cache_dtype, hub_options
 from playground.cli.model_source import StartupError
@@ -36,12 +38,13 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
 
 
 def public_limits(args: argparse.Namespace) -> PublicLimits:
-    """The flags given; PublicLimits' own defaults for the others (--request-timeout 0: none)."""
+    """The flags given; PublicLimits' defaults for the others, a public server's where this is
+    one (--request-timeout 0: none)."""
     given = {field: getattr(args, dest) for field, dest in LIMIT_FLAGS.items()}
     limits = {field: value for field, value in given.items() if value is not None}
     if args.request_timeout is not None:
         limits["default_timeout_s"] = args.request_timeout or None
-    return PublicLimits(**limits)
+    return replace(PublicLimits.defaults(public=is_public()), **limits)
 
 
 def open_engine(args: argparse.Namespace, config: EngineConfig):

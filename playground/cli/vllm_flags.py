@@ -134,6 +134,11 @@ FRONTEND_FLAGS = {  # vllm/entrypoints/launchers/cli_args.py's names, defaults a
         "help": "seconds of a quiet stream before a keep-alive comment; 0: none "
         "(default: the server's)",
     },
+    "--strict-request-fields": {
+        "action": "store_true",
+        "help": "answer 400 to a request field the server does not know (default: ignore it "
+        "with a log line, as vllm serve does)",
+    },
     "--disable-fastapi-docs": {
         "action": "store_true",
         "help": "no /docs, /redoc and /openapi.json",

@@ -133,10 +133,11 @@ class EngineDriver:
             self._inbox.result(handle.accepted, timeout)
         return handle
 
-    def on_finish(self, fn: Callable[[RequestOutput], None]) -> None:
+    def on_finish(self, fn: Callable[[RequestOutput], None], every_output: bool = False) -> None:
         """From now on, call `fn(out)` on the driver thread with the last output of every
-        request of the first lane, before its stream gets it. `fn` must be quick."""
-        self._inbox.call(lambda: self._loop.streams.on_finish(fn), wait=False)
+        request of the first lane (with `every_output`, each of its outputs), before its
+        stream gets it. `fn` must be quick."""
+        self._inbox.call(lambda: self._loop.streams.on_finish(fn, every_output), wait=False)
 
     def abort(self, request_id: str) -> None:
         """Cancel a request (it finishes with CANCELLED); unknown ids are ignored."""

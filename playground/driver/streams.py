@@ -17,22 +17,23 @@ class Streams:
     def __init__(self):
         self._handles: dict[str, RequestHandle] = {}  # unfinished requests of the first lane
         self._finished: list[tuple[RequestHandle, RequestOutput]] = []  # sent after a publish
-        self._listeners: list[Callable[[RequestOutput], None]] = []  # e.g. /metrics
+        # e.g. /metrics: (fn, whether it hears every output or only the last ones)
+        self._listeners: list[tuple[Callable[[RequestOutput], None], bool]] = []
 
     def open(self, handle: RequestHandle) -> None:
         self._handles[handle.request_id] = handle
 
-    def on_finish(self, fn: Callable[[RequestOutput], None]) -> None:
-        self._listeners.append(fn)
+    def on_finish(self, fn: Callable[[RequestOutput], None], every_output: bool = False) -> None:
+        self._listeners.append((fn, every_output))
 
     def deliver(self, out: RequestOutput) -> None:
-        """An output of the first lane: to the listeners if it is the last, and to its handle."""
-        if out.finished:
-            for fn in self._listeners:
+        """An output of the first lane: to the listeners (that want it), and to its handle."""
+        for fn, every_output in self._listeners:
+            if every_output or out.finished:
                 try:
                     fn(out)
                 except Exception:  # noqa: BLE001 - a listener must never stop the loop
-                    log.exception("finish listener failed")
+                    log.exception("output listener failed")
         handle = self._handles.get(out.request_id)
         if handle is None:
             return

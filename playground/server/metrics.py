@@ -1,52 +1,49 @@
 """Prometheus metrics of the shared engine at `GET /metrics`, meaning what vLLM's mean.
 
-A series vLLM exports keeps its `vllm:` name, labels (`model_name`: the served name,
-`engine`: "0", the one engine) and buckets; what only this playground counts is named
-`cb_playground:`. README.md ("Use it from your own client") has the table of both.
+A series vLLM exports keeps its `vllm:` name, type, labels (`model_name`: the served name,
+`engine`: "0", the one engine), buckets and the moment it is updated (vLLM 0.32's
+vllm/v1/metrics/loggers.py); what only this playground counts is named `cb_playground:`.
+docs/http-api.md has the table of both. The process and Python collectors are on, as in
+vLLM's registry.
 
 One custom collector in a dedicated registry (so several apps can live in one process):
 
 - gauges from the latest snapshot the driver publishes: running / waiting requests, KV usage,
-  KV blocks by state, prefix-cache hit rate;
+  KV blocks by state, prefix-cache hit rate; `vllm:cache_config_info`;
 - counters from the engine's totals (generated tokens, preemptions, prefix-cache tokens), read
   at scrape time. A board reset builds a fresh engine whose totals restart at 0; the collector
   folds the old engine's last values into a base, so the counters stay monotonic;
-- per finished request: requests by vLLM's finished_reason and by the engine's stop reason,
-  its prompt tokens (vLLM's `prompt_tokens`: each request's prompt length, cached tokens
-  included) and the TTFT / TPOT / e2e histograms. These are not read from the snapshot (it
-  keeps only the most recent finished requests, and any number can finish between two
-  scrapes) but observed as each request finishes: the driver hands every last output to the
-  collector (`EngineDriver.on_finish`), so each request is counted exactly once. Counting
-  starts when the collector attaches to the driver: when /metrics is registered (app.py:
-  before the server listens), or at the first scrape that finds a driver if there was none.
+- `vllm:iteration_tokens_total`: the tokens of each engine step, from the snapshot's step
+  records (it keeps the last 512: a scrape sees every step unless more ran since the last);
+- per request (playground/server/request_metrics.py): observed from each output as the driver
+  hands it over (`EngineDriver.on_finish(..., every_output=True)`), so each request and token
+  is counted exactly once. Counting starts when the collector attaches to the driver: when
+  /metrics is registered (app.py: before the server listens), or at the first scrape that
+  finds a driver if there was none.
 
 The metrics follow the board's first lane (the continuous one in compare mode).
 """
 
-import bisect
 import threading
 from collections.abc import Callable
 
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    GC_COLLECTOR,
+    CollectorRegistry,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from engine import StopReason, WaitingReason
-from playground.server.openai_protocol import FINISH_REASONS
+from engine import WaitingReason
+from playground.server.request_metrics import Histogram, RequestStats
 
-# vLLM's buckets (seconds)
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
-                5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
-TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
-                7.5, 10.0, 20.0, 40.0, 80.0)  # fmt: skip
-E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
-               120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
+ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 TOTALS = (  # metric name (without _total) -> Totals field
     ("vllm:generation_tokens", "num_generated_tokens", "Number of generation tokens processed."),
     ("vllm:num_preemptions", "num_preemptions", "Cumulative number of preemption from the engine."),
@@ -55,38 +52,12 @@ TOTALS = (  # metric name (without _total) -> Totals field
     ("cb_playground:prompt_tokens_computed", "num_prompt_tokens",
      "Prompt tokens run through the model (prefill; not cached, recomputed after preemption)."),
 )  # fmt: skip
-FINISHED_REASONS = {  # StopReason -> vLLM's finished_reason (its FinishReason values)
-    **FINISH_REASONS,  # stop, length, abort: the API's finish_reason
-    StopReason.ERROR: "error",
-}
 ENGINE = "0"  # vLLM's `engine` label: the index of the engine core; there is one
 
 
-class _Histogram:
-    """Cumulative bucket counts, as Prometheus wants them; only ever grows."""
-
-    def __init__(self, buckets: tuple[float, ...]):
-        self.bounds = buckets
-        self.counts = [0] * (len(buckets) + 1)  # the last one is +Inf
-        self.sum = 0.0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, value)] += 1
-        self.sum += value
-
-    def family(self, name: str, doc: str, labels: list[str], values: list[str]):
-        fam = HistogramMetricFamily(name, doc, labels=labels)
-        cumulative, buckets = 0, []
-        for bound, count in zip([*map(str, self.bounds), "+Inf"], self.counts, strict=True):
-            cumulative += count
-            buckets.append((bound, cumulative))
-        fam.add_metric(values, buckets, self.sum)
-        return fam
-
-
 class EngineCollector(Collector):
-    """Reads the driver's snapshot at every scrape, and is told of every request that
-    finishes; see the module docstring."""
+    """Reads the driver's snapshot at every scrape, and is told of every output; see the
+    module docstring."""
 
     def __init__(self, get_driver: Callable, model_name: str | Callable):
         self._get_driver = get_driver
@@ -94,38 +65,20 @@ class EngineCollector(Collector):
         self._lock = threading.Lock()  # scrapes may overlap
         self._base = dict.fromkeys([f for _, f, _ in TOTALS], 0)  # of engines reset away
         self._last = dict(self._base)
-        self._last_step = 0
-        self._driver = None  # the one on_finish() feeds us from
-        self._finished: dict[str, int] = {}  # vLLM's finished_reason -> requests
-        self._stopped: dict[str, int] = {}  # the engine's stop reason -> requests
-        self._prompt_tokens = 0  # of the requests that finished
-        self.ttft = _Histogram(TTFT_BUCKETS)
-        self.tpot = _Histogram(TPOT_BUCKETS)
-        self.e2e = _Histogram(E2E_BUCKETS)
+        self._last_step = 0  # the last step whose tokens were observed
+        self._driver = None  # the one that feeds `requests`
+        self.requests: RequestStats | None = None  # made with the first driver
+        self.iteration_tokens = Histogram(ITERATION_TOKENS_BUCKETS)
         self._attach(get_driver())
 
     def _attach(self, driver) -> None:
         with self._lock:  # once per driver, however many scrapes race here
             if driver is not None and driver is not self._driver:
                 self._driver = driver
-                driver.on_finish(self.observe)  # queued for the driver thread: never blocks
-
-    def observe(self, out) -> None:
-        """Count one finished request (called on the driver thread, once per request)."""
-        first, m = out.outputs[0], out.metrics
-        reason = first.stop_reason or StopReason.ERROR
-        with self._lock:
-            finished = FINISHED_REASONS[reason]
-            self._finished[finished] = self._finished.get(finished, 0) + 1
-            self._stopped[reason.value] = self._stopped.get(reason.value, 0) + 1
-            if not out.prompt_token_ids:  # made up by the driver (reset, failed step): no times
-                return
-            self._prompt_tokens += len(out.prompt_token_ids)
-            self.e2e.observe(m.finished - m.arrival)
-            if m.first_token is not None:
-                self.ttft.observe(m.first_token - m.arrival)
-                if len(first.token_ids) > 1:  # of the first completion, as the board shows
-                    self.tpot.observe((m.finished - m.first_token) / (len(first.token_ids) - 1))
+                if self.requests is None:
+                    self.requests = RequestStats(driver.config.max_model_len)
+                # queued for the driver thread: never blocks
+                driver.on_finish(self.requests.observe, every_output=True)
 
     def collect(self):
         driver = self._get_driver()
@@ -134,37 +87,45 @@ class EngineCollector(Collector):
         self._attach(driver)
         name = self._model_name(driver) if callable(self._model_name) else self._model_name
         snap = driver.snapshot()
+        labels, values = ["model_name", "engine"], [name, ENGINE]
         with self._lock:  # build the families here, yield them outside the lock
             totals = self._fold(snap)
-            families = list(self._families(snap, totals, name))
+            families = list(self._families(snap, totals, labels, values))
+            families.append(self.iteration_tokens.family(
+                "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
+                labels, values))  # fmt: skip
+        families.append(cache_config_info(driver.config, snap.kv_blocks_total))
         yield from families
+        yield from self.requests.families(labels, values)
 
     def _fold(self, snap) -> dict[str, float]:
-        """Cumulative totals across engine resets."""
+        """Cumulative totals across engine resets; the steps not yet observed."""
         now = {f: getattr(snap.totals, f) for _, f, _ in TOTALS}
-        if snap.step < self._last_step or any(now[f] < self._last[f] for f in now):
+        reset = snap.step < self._last_step or any(now[f] < self._last[f] for f in now)
+        if reset:
             for f in now:  # a fresh engine: keep what the old one counted
                 self._base[f] += self._last[f]
-        self._last, self._last_step = now, snap.step
+            self._last_step = 0
+        for record in snap.steps:
+            if record.step > self._last_step:
+                self.iteration_tokens.observe(record.num_tokens)
+        self._last, self._last_step = now, max(self._last_step, snap.step)
         return {f: self._base[f] + now[f] for f in now}
 
-    def _families(self, snap, totals: dict, name: str):
-        labels, values = ["model_name", "engine"], [name, ENGINE]
+    def _families(self, snap, totals: dict, labels: list[str], values: list[str]):
         hits = totals["num_cached_tokens"]
         queries = hits + totals["num_prompt_tokens"]  # prompt tokens: cached + computed
         gauges = [
             ("vllm:num_requests_running", "Number of requests in model execution batches.",
              snap.num_running),
-            ("vllm:num_requests_waiting", "Number of requests waiting to be processed "
-             "(queued or preempted).", snap.num_waiting),
-            ("vllm:kv_cache_usage_perc", "KV-cache usage (blocks held by live sequences). "
-             "1 means 100 percent usage.", snap.kv_blocks_used / (snap.kv_blocks_total or 1)),
+            ("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+             snap.num_waiting),
+            ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+             snap.kv_blocks_used / (snap.kv_blocks_total or 1)),
             ("cb_playground:prefix_cache_hit_rate", "Prompt tokens found in the prefix cache / "
              "prompt tokens looked up, since start.", hits / queries if queries else 0.0),
         ]  # fmt: skip
         counters = [
-            ("vllm:prompt_tokens", "Number of prefill tokens processed: each finished request's "
-             "prompt length, cached tokens included.", self._prompt_tokens),
             ("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried "
              "tokens.", queries),
             *((metric, doc, totals[field]) for metric, field, doc in TOTALS),
@@ -181,27 +142,18 @@ class EngineCollector(Collector):
         blocks.add_metric([*values, "cached"], snap.kv_blocks_cached)  # evictable prefix cache
         blocks.add_metric([*values, "free"], snap.kv_blocks_free)
         yield blocks
-        for metric, doc, label, counts in (
-            ("vllm:request_success", "Count of finished requests, by vLLM's finished_reason "
-             "(stop, length, abort, error).", "finished_reason", self._finished),
-            ("cb_playground:request_stop_reason", "Count of finished requests, by the engine's "
-             "stop reason (eos, stop_word, max_tokens, length, cancelled, timeout, error).",
-             "stop_reason", self._stopped),
-        ):  # fmt: skip
-            fam = CounterMetricFamily(metric, doc, labels=[*labels, label])
-            for reason, n in sorted(counts.items()):
-                fam.add_metric([*values, reason], n)
-            yield fam
-        for hist, metric, doc in (
-            (self.ttft, "vllm:time_to_first_token_seconds",
-             "Histogram of time to first token in seconds (arrival to first token)."),
-            (self.tpot, "vllm:request_time_per_output_token_seconds",
-             "Histogram of time_per_output_token_seconds per request: its mean time per output "
-             "token after the first."),
-            (self.e2e, "vllm:e2e_request_latency_seconds",
-             "Histogram of e2e request latency in seconds (arrival to finish)."),
-        ):  # fmt: skip
-            yield hist.family(metric, doc, labels, values)
+
+
+def cache_config_info(config, num_kv_blocks: int):
+    """vLLM's `vllm:cache_config_info`: a gauge at 1 whose labels are the KV cache's config
+    (vLLM's CacheConfig fields that exist here, under its names)."""
+    info = {"block_size": config.block_size, "cache_dtype": "auto",
+            "enable_prefix_caching": config.enable_prefix_caching,
+            "num_gpu_blocks": num_kv_blocks, "engine": ENGINE}  # fmt: skip
+    fam = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
+                            labels=list(info))  # fmt: skip
+    fam.add_metric([str(v) for v in info.values()], 1)
+    return fam
 
 
 def waiting_by_reason(snap, labels: list[str], values: list[str]):
@@ -234,6 +186,9 @@ def register_metrics(app: FastAPI, get_driver: Callable, model_name: str | Calla
     """
     registry = CollectorRegistry(auto_describe=False)
     registry.register(EngineCollector(get_driver, model_name))
+    ProcessCollector(registry=registry)  # process_cpu_seconds_total, ..., as vLLM's registry
+    PlatformCollector(registry=registry)  # python_info
+    registry.register(GC_COLLECTOR)  # python_gc_*
 
     @app.get("/metrics", response_class=PlainTextResponse, tags=["metrics"])
     def metrics() -> Response:

@@ -3,8 +3,6 @@
 playground/server/api.py serves it over HTTP; this file knows the protocol, not the driver.
 """
 
-import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import accumulate
@@ -20,7 +18,6 @@ from pydantic import (
 )
 
 from engine import SamplingParams, StopReason
-from engine.loader import DEFAULT_HUB_ID
 from engine.sampling_params import (
     MAX_BEAM_WIDTH,
     MAX_LOGPROBS,
@@ -45,9 +42,9 @@ UNSUPPORTED = {  # OpenAI fields this engine cannot honour -> values that mean "
     "tools": ([],),
     "functions": ([],),
     "response_format": ({"type": "text"},),
-    "echo": (False,),
     "suffix": ("",),
     "best_of": (1,),
+    "use_beam_search": (False,),  # chat: none (completions take it)
 }
 IGNORED = {  # OpenAI fields that do not change the output: accepted and not used
     "user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier",
@@ -87,8 +84,10 @@ def unauthorized(key_given: bool) -> APIError:
 
 
 def queue_full(max_waiting: int) -> APIError:
+    """503, as vLLM answers a full queue (its QueueOverflowError, vllm/exceptions.py): load
+    balancers and client SDKs retry it, on another instance if there is one."""
     message = f"the waiting queue is full ({max_waiting} requests); retry later"
-    return APIError(429, message, code="queue_full", type="rate_limit_error")
+    return APIError(503, message, code="queue_full", type="service_unavailable_error")
 
 
 def validation_error(exc: ValidationError) -> APIError:
@@ -196,7 +195,17 @@ class ChatMessage(BaseModel):
 RequestBody.model_rebuild()
 
 
-class ChatCompletionRequest(RequestBody):
+# -- vLLM's fields of the chat template and echo (playground/server/request_fields.py)
+class ChatTemplateFields(BaseModel):
+    """vLLM's chat template options: passed to the template, as vllm serve does."""
+
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False  # the last message is continued, not answered
+    chat_template_kwargs: dict | None = None  # the template's own variables
+    echo: bool = False  # the reply starts with the last message if it is the assistant's
+
+
+class ChatCompletionRequest(ChatTemplateFields, RequestBody):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None  # newer max_tokens
     logprobs: bool = False
@@ -210,7 +219,8 @@ class ChatCompletionRequest(RequestBody):
 
 
 class CompletionRequest(RequestBody):
-    prompt: str | list[int] | list[str] | list[list[int]]
+    prompt: str | list[int] | list[str] | list[list[int]]  # a list of several: a batch
+    echo: bool = False  # vLLM's and OpenAI's: each choice's text starts with its prompt
     logprobs: Annotated[int, Field(ge=0, le=MAX_LOGPROBS)] | None = None
     # vLLM's beam search extension: best_of (default n) beams, the n best returned
     use_beam_search: bool = False
@@ -397,22 +407,3 @@ def logprob_entry(lp) -> dict:
 def finite(logprob: float) -> float:
     """JSON has no -inf (nor NaN): vLLM's floor, -9999.0, for a token the model rules out."""
     return logprob if logprob > MIN_LOGPROB else MIN_LOGPROB
-
-
-# -- the model's name
-def served_model_names(model) -> tuple[str, ...]:
-    """The names the API serves a model under, the one it answers with first: the short name
-    (a hub id's last part, a directory's name, the bundled GGUF's model name without the
-    loader's cache suffixes), then the hub id it is known by, if any."""
-    path = getattr(model.config, "_name_or_path", "") or ""
-    if not path:
-        return (model.config.model_type,)
-    if not os.path.isdir(path):  # a hub id
-        return tuple(dict.fromkeys((path.rsplit("/", 1)[-1], path)))
-    name = os.path.basename(os.path.normpath(path))
-    name = re.sub(r"-\d{4,}-(?:[0-9a-f]{16}|\d{10,})$", "", name)  # engine/loader.py's
-    # conversion cache: <gguf stem>-<size>-<16 hex of hash> (older: -<size>-<mtime ns>)
-    name = re.sub(r"\.(?:I?Q\d\w*|F16|F32|BF16)$", "", name)  # the GGUF's quantization tag
-    if name == DEFAULT_HUB_ID.rsplit("/", 1)[-1]:  # the bundled copy of the default model
-        return name, DEFAULT_HUB_ID
-    return (name,)

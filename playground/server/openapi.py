@@ -1,11 +1,12 @@
 """The API's OpenAPI description: request bodies, responses, errors, /metrics' text.
 
-The routes parse their bodies themselves (playground/server/api.py: OpenAI's 400s, an
-unknown field refused), so FastAPI cannot infer them; this file declares them. The request
-schemas come from the request models (playground/server/openai_protocol.py) and say exactly
-what the server takes:
-the server's own public limits (max_tokens, n, token ids), the OpenAI fields it accepts only
-at their neutral values, null for "the default", and no other field. A schema-based fuzzer
+The routes parse their bodies themselves (playground/server/request_fields.py: OpenAI's
+400s, an unknown field ignored as vLLM ignores it), so FastAPI cannot infer them; this file
+declares them. The request schemas come from the request models
+(playground/server/openai_protocol.py) and say exactly what the server takes: the server's
+own public limits (max_tokens, n, token ids), the OpenAI fields it accepts only at their
+neutral values, null for "the default", vLLM's refusals across fields, and other fields
+ignored (refused with strict_request_fields). A schema-based fuzzer
 (`make test-api-fuzz`) checks that the server and this description agree.
 """
 
@@ -44,12 +45,37 @@ class Health(BaseModel):
     status: Literal["ok"]
 
 
+class Version(BaseModel):
+    version: str = Field(description="the vLLM release whose API this server follows")
+    server: Literal["cb-playground"] = "cb-playground"
+
+
+class ModelPermission(BaseModel):
+    """vLLM's (vllm/entrypoints/serve/engine/protocol.py), with its values."""
+
+    id: str
+    object: Literal["model_permission"] = "model_permission"
+    created: int
+    allow_create_engine: bool = False
+    allow_sampling: bool = True
+    allow_logprobs: bool = True
+    allow_search_indices: bool = False
+    allow_view: bool = True
+    allow_fine_tuning: bool = False
+    organization: str = "*"
+    group: str | None = None
+    is_blocking: bool = False
+
+
 class ModelCard(BaseModel):
     id: str
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "cb-playground"
+    root: str | None = Field(description="the model it was loaded from (a hub id or a path)")
+    parent: str | None = Field(None, description="null: the base model, not an adapter")
     max_model_len: int
+    permission: list[ModelPermission]
 
 
 class ModelList(BaseModel):
@@ -107,12 +133,13 @@ class Completion(BaseModel):
 
 # -- route declarations
 ERRORS = {
-    400: "a missing or bad field, an unsupported or unknown one, past a public limit or the "
-    "context window (`param` names the field)",
+    400: "a missing or bad field, an unsupported one (or an unknown one with "
+    "--strict-request-fields), past a public limit or the context window (`param` names it)",
     401: "--api-key is set and the request has no `Authorization: Bearer <key>` or a wrong one",
     404: "`model` is not the served model",
-    429: "too many unfinished requests from this client, or the waiting queue is full",
-    503: "the engine is not serving (its driver is not started or has stopped)",
+    429: "too many unfinished requests from this client (a public server's limit)",
+    503: "the engine is not serving (its driver is not started or has stopped), or the "
+    "waiting queue is full (as vLLM answers it: retry, here or elsewhere)",
 }
 STREAM = "with `stream: true`: server-sent events, `data: <chunk JSON>` each, `data: [DONE]` last"
 
@@ -141,16 +168,16 @@ BODIES = {"/v1/chat/completions": ChatCompletionRequest, "/v1/completions": Comp
 
 def document_limits(app: FastAPI, describe) -> None:
     """Declare the request bodies in `app`'s OpenAPI document, with the limits of the server:
-    `describe()` returns (PublicLimits, vocabulary size, EngineConfig.scheduling_policy), or
-    None while there is no engine."""
+    `describe()` returns (PublicLimits, vocabulary size, EngineConfig.scheduling_policy,
+    ServingOptions.strict_request_fields), or None while there is no engine."""
     build = app.openapi
 
     def openapi() -> dict:
         if app.openapi_schema is None:
             spec = build()
-            limits, vocab, policy = describe() or (PublicLimits(), None, "fcfs")
+            limits, vocab, policy, strict = describe() or (PublicLimits(), None, "fcfs", False)
             for path, body_cls in BODIES.items():
-                schema = request_schema(body_cls, limits, vocab, policy)
+                schema = request_schema(body_cls, limits, vocab, policy, strict)
                 content = {"application/json": {"schema": schema}}
                 spec["paths"][path]["post"]["requestBody"] = {"required": True, "content": content}
         return app.openapi_schema
@@ -158,9 +185,11 @@ def document_limits(app: FastAPI, describe) -> None:
     app.openapi = openapi
 
 
-def request_schema(body_cls, limits: PublicLimits, vocab: int | None, policy: str = "fcfs"):
+def request_schema(body_cls, limits: PublicLimits, vocab: int | None, policy: str = "fcfs",
+                   strict: bool = False):  # fmt: skip
     """The JSON schema of a request body as this server takes it (see the module docstring).
-    `policy`: the engine's queue policy; "fcfs" takes priority 0 only."""
+    `policy`: the engine's queue policy; "fcfs" takes priority 0 only. `strict`: unknown
+    fields are refused (else ignored, as vLLM ignores them)."""
     schema = _inline(body_cls.model_json_schema())
     props, required = schema["properties"], set(schema.get("required", ()))
     props["max_tokens"]["anyOf"][0]["maximum"] = limits.max_tokens
@@ -180,21 +209,39 @@ def request_schema(body_cls, limits: PublicLimits, vocab: int | None, policy: st
     for name, prop in props.items():  # an explicit null means "the default"
         if name not in required and not _allows_null(prop):
             props[name] = {"anyOf": [prop, {"type": "null"}]}
-    schema["additionalProperties"] = False
+    schema["additionalProperties"] = not strict
     schema["allOf"] = [_only_with("stream_options", {"type": "object"}, "stream")]
     if body_cls is ChatCompletionRequest:
-        schema["allOf"].append(_only_with("top_logprobs", {"minimum": 1}, "logprobs"))
+        schema["allOf"] += [_only_with("top_logprobs", {"minimum": 1}, "logprobs"),
+                            NOT_GREEDY_N, TEMPLATE_RULE]  # fmt: skip
         props["messages"]["contains"] = {  # some message has text to answer
             "type": "object",
             "required": ["content"],
             "properties": {"content": {"anyOf": [TEXT, {"type": "array", "contains": TEXT_PART}]}},
         }
     else:
-        _one_prompt(props["prompt"]["anyOf"])
+        _prompts(props["prompt"]["anyOf"])
         max_width = min(MAX_BEAM_WIDTH, limits.max_n)  # beams count against --limit-n
         props["best_of"]["anyOf"][0]["maximum"] = max_width
-        schema["allOf"].append(_beam_search_rules(max_width))
+        schema["allOf"] += [_beam_search_rules(max_width), ECHO_RULE]
     return schema
+
+
+# vLLM's refusals across fields (playground/server/request_fields.py)
+NOT_GREEDY_N = {  # n > 1 wants sampling: a temperature of at least 1e-5 (vLLM's epsilon)
+    "if": {"required": ["temperature"], "properties": {"temperature": {
+        "type": "number", "exclusiveMaximum": 1e-5}}},
+    "then": {"properties": {"n": {"enum": [1, None]}}},
+}  # fmt: skip
+TEMPLATE_RULE = {  # continue_final_message does not take add_generation_prompt: true
+    "if": {"required": ["continue_final_message"],
+           "properties": {"continue_final_message": {"const": True}}},
+    "then": {"properties": {"add_generation_prompt": {"enum": [False, None]}}},
+}  # fmt: skip
+ECHO_RULE = {  # echo has no prompt logprobs to give
+    "if": {"required": ["echo"], "properties": {"echo": {"const": True}}},
+    "then": {"properties": {"logprobs": {"type": "null"}}},
+}
 
 
 def _beam_search_rules(max_width: int) -> dict:
@@ -215,7 +262,8 @@ def _beam_search_rules(max_width: int) -> dict:
         {"required": ["best_of"], "properties": {"best_of": {"const": k}, "n": up_to(k)}}
         for k in range(2, max_width + 1)
     ]
-    widths.append({"required": ["n"], "properties": {"best_of": null, "n": {"minimum": 2}}})
+    at_least_2 = {"type": "integer", "minimum": 2}  # n: null is 1
+    widths.append({"required": ["n"], "properties": {"best_of": null, "n": at_least_2}})
     as_n = [{"properties": {"best_of": null}},
             {"properties": {"best_of": {"const": 1}, "n": {"enum": [1, None]}}}]  # fmt: skip
     as_n += [
@@ -233,16 +281,15 @@ TEXT = {"type": "string", "pattern": r"\S"}  # not only whitespace
 TEXT_PART = {"type": "object", "required": ["text"], "properties": {"text": TEXT}}
 
 
-def _one_prompt(variants: list[dict]) -> None:
-    """A completion's prompt: one text with something in it, or token ids (not a batch)."""
+def _prompts(variants: list[dict]) -> None:
+    """A completion's prompt: a text with something in it, token ids, or a batch of either."""
     for v in variants:
         if v.get("type") == "string":
             v["pattern"] = TEXT["pattern"]
             continue
         v["minItems"] = 1
         items = v["items"]
-        if items.get("type") != "integer":  # ["text"] or [[ids]]: a batch of exactly one
-            v["maxItems"] = 1
+        if items.get("type") != "integer":  # a batch: ["text", ...] or [[ids], ...]
             items.update(TEXT if items.get("type") == "string" else {"minItems": 1})
 
 

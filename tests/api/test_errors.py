@@ -59,10 +59,10 @@ def test_bad_completion_requests_and_bodies(app_server):
     url = app_server.url + "/v1/completions"
     cases = [
         ({"model": TINY_MODEL}, "prompt"),
-        ({"prompt": ["a", "b"]}, "prompt"),
+        ({"prompt": ["a", " "]}, "prompt"),
         ({"prompt": "x", "logprobs": 50}, "logprobs"),
         ({"prompt": "x", "max_tokens": 600}, "max_tokens"),
-        ({"prompt": "x", "echo": True}, "echo"),
+        ({"prompt": "x", "echo": True, "logprobs": 1}, "echo"),
         ({"prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
     ]
     for body, param in cases:
@@ -83,16 +83,17 @@ def test_the_openai_client_raises_and_the_server_keeps_serving(client):
     assert r.usage.completion_tokens == 2
 
 
-def test_full_waiting_queue_answers_429(make_driver):
+def test_full_waiting_queue_answers_503_as_vllm(make_driver):
+    """vLLM answers a full queue 503 (QueueOverflowError, vllm/exceptions.py)."""
     driver = make_driver(max_waiting=1)
     driver.pause()  # nothing leaves the waiting queue
     driver.submit("fill the queue", wait=True)
     with TestClient(bare_app(lambda: driver)) as http:
         r = http.post("/v1/completions", json={"prompt": "one more", "max_tokens": 2})
-        assert r.status_code == 429 and _error(r)["type"] == "rate_limit_error"
+        assert r.status_code == 503 and _error(r)["code"] == "queue_full"
         wait_for(lambda: driver.snapshot().num_waiting == 1)  # the up-to-date snapshot path
         r = http.post("/v1/completions", json={"prompt": "one more", "max_tokens": 2})
-        assert r.status_code == 429
+        assert r.status_code == 503
     driver.stop()
 
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 import httpx
 from fastapi.testclient import TestClient
 
-from playground.server.api import client_owner
+from playground.server.serving import client_owner
 from tests.api.server import TINY_MODEL, bare_app, wait_for
 
 

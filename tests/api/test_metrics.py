@@ -1,4 +1,5 @@
-"""GET /metrics: Prometheus text that prometheus_client parses, with counters that move."""
+"""GET /metrics: Prometheus text that prometheus_client parses, with counters that move; names,
+types, labels and buckets as vLLM 0.32's (vllm/v1/metrics/loggers.py and buckets.py)."""
 
 import httpx
 from fastapi.testclient import TestClient
@@ -24,24 +25,50 @@ FAMILIES = {  # parsed family name -> type (counters lose their _total)
     "cb_playground:request_stop_reason": "counter",
     "cb_playground:prompt_tokens_computed": "counter",
     "vllm:time_to_first_token_seconds": "histogram",
+    "vllm:inter_token_latency_seconds": "histogram",
     "vllm:request_time_per_output_token_seconds": "histogram",
     "vllm:e2e_request_latency_seconds": "histogram",
+    "vllm:request_queue_time_seconds": "histogram",
+    "vllm:request_inference_time_seconds": "histogram",
+    "vllm:request_prefill_time_seconds": "histogram",
+    "vllm:request_decode_time_seconds": "histogram",
+    "vllm:request_prompt_tokens": "histogram",
+    "vllm:request_generation_tokens": "histogram",
+    "vllm:iteration_tokens_total": "histogram",
+    "vllm:cache_config_info": "gauge",
 }
-VLLM_BUCKETS = {  # vLLM's own (vllm/v1/metrics/loggers.py)
+PROCESS = {"process_cpu_seconds": "counter", "process_resident_memory_bytes": "gauge",
+           "python_info": "gauge", "python_gc_collections": "counter"}  # fmt: skip
+LATENCY = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+           120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0]  # fmt: skip
+ITL = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+       20.0, 40.0, 80.0]  # fmt: skip
+VLLM_BUCKETS = {  # vLLM's own (vllm/v1/metrics/buckets.py); token counts: 1-2-5 up to the context
     "vllm:time_to_first_token_seconds": [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25,
         0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0],
-    "vllm:request_time_per_output_token_seconds": [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
-        0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0],
-    "vllm:e2e_request_latency_seconds": [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0,
-        20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0],
+    "vllm:inter_token_latency_seconds": ITL,
+    "vllm:request_time_per_output_token_seconds": ITL,
+    "vllm:e2e_request_latency_seconds": LATENCY,
+    "vllm:request_queue_time_seconds": LATENCY,
+    "vllm:request_inference_time_seconds": LATENCY,
+    "vllm:request_prefill_time_seconds": LATENCY,
+    "vllm:request_decode_time_seconds": LATENCY,
+    "vllm:request_prompt_tokens": [1, 2, 5, 10, 20, 50, 100, 200, 500],  # context: 512
+    "vllm:request_generation_tokens": [1, 2, 5, 10, 20, 50, 100, 200, 500],
+    "vllm:iteration_tokens_total": [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192,
+                                    16384],
 }  # fmt: skip
-HISTOGRAMS = list(VLLM_BUCKETS)
+PER_STEP = ("vllm:iteration_tokens_total", "vllm:inter_token_latency_seconds")
+HISTOGRAMS = [h for h in VLLM_BUCKETS if h not in PER_STEP]  # one observation per request
 
 
 def _scrape(url: str) -> dict[str, float]:
     r = httpx.get(url + "/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     families = {f.name: f for f in text_string_to_metric_families(r.text)}
+    for name, kind in PROCESS.items():  # the process collectors, as in vLLM's registry
+        assert families.pop(name).type == kind, name
+    families = {k: f for k, f in families.items() if not k.startswith(("process_", "python_"))}
     assert set(families) == set(FAMILIES)  # vLLM's names, or ours with our prefix
     for name, kind in FAMILIES.items():
         assert families[name].type == kind, name
@@ -52,6 +79,9 @@ def _scrape(url: str) -> dict[str, float]:
     samples = {}
     for f in families.values():
         for s in f.samples:
+            if f.name == "vllm:cache_config_info":  # vLLM's: the config's labels, no model
+                assert s.labels["engine"] == "0" and s.value == 1
+                continue
             assert (s.labels["model_name"], s.labels["engine"]) == (TINY_MODEL, "0")
             extra = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items())
                              if k not in ("model_name", "engine"))  # fmt: skip
@@ -80,7 +110,7 @@ def test_metrics_parse_and_counters_move(client, app_server):
 
 
 def test_finished_reasons_are_vllms(make_driver):
-    from playground.server.metrics import FINISHED_REASONS
+    from playground.server.request_metrics import FINISHED_REASONS
 
     driver = make_driver()
     with TestClient(bare_app(lambda: driver)) as http:
@@ -130,7 +160,7 @@ def test_every_finished_request_is_counted_once_however_many_finish_between_scra
             return {s.name + str(sorted(s.labels.items())): s.value
                     for f in text_string_to_metric_families(text) for s in f.samples}  # fmt: skip
 
-        assert success not in scrape()  # nothing finished yet
+        assert scrape()[success] == 0  # nothing finished yet: there from the start, as vLLM
         total = 0
         for batch in (13, 9):  # many more than the snapshot keeps finish between two scrapes
             handles = [driver.submit(f"request {total + i}", params) for i in range(batch)]

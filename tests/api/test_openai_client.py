@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 
 from playground.board.cards import render_cards
-from playground.server.openai_protocol import served_model_names
+from playground.server.models import served_model_names
 from tests.api.server import TINY_MODEL, wait_for
 
 MESSAGES = [{"role": "user", "content": "Name three colours."}]

@@ -9,7 +9,6 @@ import pytest
 
 from engine import EngineConfig
 from playground.driver import EngineDriver
-from playground.server import api
 from tests.api.conftest import SERVER_ENGINE
 from tests.api.server import TINY_MODEL, Server, bare_app, openai_client
 from tests.api.test_sse import parse_data
@@ -24,7 +23,7 @@ def paused_server(tiny_model):
     model, tokenizer = tiny_model
     config = EngineConfig(**SERVER_ENGINE)
     driver = EngineDriver(make_engine(model, tokenizer, config), max_pause_s=BOUND_S)
-    server = Server(bare_app(lambda: driver))
+    server = Server(bare_app(lambda: driver, sse_keep_alive_interval=0.5))
     server.driver = driver
     yield server
     server.stop()
@@ -32,8 +31,7 @@ def paused_server(tiny_model):
 
 
 @pytest.fixture
-def paused(paused_server, monkeypatch):
-    monkeypatch.setattr(api, "KEEPALIVE_S", 0.5)
+def paused(paused_server):
     paused_server.driver.pause()
     yield paused_server
     paused_server.driver.resume()

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 import app as app_module
 from playground.access import public
-from playground.server.api import client_owner
+from playground.server.serving import client_owner
 from tests.api.server import TINY_MODEL, Server, bare_app, openai_client
 
 
@@ -110,12 +110,9 @@ def test_forwarded_for_is_ignored_unless_it_comes_from_a_trusted_proxy(make_driv
         "proxy_headers": True, "forwarded_allow_ips": "*"}  # fmt: skip
 
 
-def test_a_queued_stream_sends_keep_alive_comments_until_its_tokens_come(make_driver, monkeypatch):
-    from playground.server import api
-
-    monkeypatch.setattr(api, "KEEPALIVE_S", 0.3)
+def test_a_queued_stream_sends_keep_alive_comments_until_its_tokens_come(make_driver):
     driver = make_driver()
-    server = Server(bare_app(lambda: driver))
+    server = Server(bare_app(lambda: driver, sse_keep_alive_interval=0.3))
     lines: list[tuple[float, str]] = []
 
     def read():
