@@ -37,6 +37,7 @@ class Frontend:
     docs: bool = True  # /docs, /redoc, /openapi.json
     sse_keep_alive_interval: float | None = None  # None: the server's default
     strict_request_fields: bool = False  # 400 for an unknown request field
+    public: bool = False  # --public: keep-alive comments on by default, as on a Space
     log_requests: bool = False  # one log line per API request
 
     @classmethod
@@ -47,6 +48,7 @@ class Frontend:
             docs=not args.disable_fastapi_docs,
             sse_keep_alive_interval=args.sse_keep_alive_interval,
             strict_request_fields=args.strict_request_fields,
+            public=args.public,
             log_requests=args.enable_log_requests,
         )
 
@@ -149,7 +151,8 @@ def create_app(
     if api:  # /v1 (OpenAI-compatible), /health and /metrics, before the mount
         keep_alive = frontend.sse_keep_alive_interval
         if keep_alive is None:  # vllm serve's default; a public server keeps its streams alive
-            keep_alive = ServingOptions.defaults(public=is_public()).sse_keep_alive_interval
+            keep_alive = ServingOptions.defaults(public=is_public(frontend.public))
+            keep_alive = keep_alive.sse_keep_alive_interval
         register_api(
             app,
             driver,

@@ -53,6 +53,12 @@ def add_server_flags(p: argparse.ArgumentParser) -> None:
 def add_limit_flags(p: argparse.ArgumentParser) -> None:
     """PublicLimits' fields; left out, PublicLimits' defaults (playground/access/limits.py)."""
     group = p.add_argument_group("public limits of one visitor (default: PublicLimits')")
+    group.add_argument(
+        "--public",
+        action="store_true",
+        help="serve as a public server does (as on a Space): a per-visitor in-flight limit and "
+        "SSE keep-alive comments by default",
+    )
     group.add_argument("--limit-prompt-tokens", type=_at_least_one, default=None)
     group.add_argument("--limit-max-tokens", type=_at_least_one, default=None)
     group.add_argument("--limit-n", type=_at_least_one, default=None)

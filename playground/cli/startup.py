@@ -44,7 +44,7 @@ def public_limits(args: argparse.Namespace) -> PublicLimits:
     limits = {field: value for field, value in given.items() if value is not None}
     if args.request_timeout is not None:
         limits["default_timeout_s"] = args.request_timeout or None
-    return replace(PublicLimits.defaults(public=is_public()), **limits)
+    return replace(PublicLimits.defaults(public=is_public(args.public)), **limits)
 
 
 def open_engine(args: argparse.Namespace, config: EngineConfig):
