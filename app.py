@@ -79,6 +79,7 @@ def serve(args) -> None:
     from engine.cpu.openmp import lower_priority
     from playground.cli import startup
     from playground.cli.stats_log import start_stats_log
+    from playground.server.frontend import ReadyServer
 
     config = startup.engine_config(args)
     engine, lanes, connections, serving = startup.open_engine(args, config)
@@ -102,7 +103,7 @@ def serve(args) -> None:
     # After the driver thread has started (it keeps nice 0): the event loop and the threads it
     # starts from now on (Gradio's callbacks) may step aside for the engine (engine/cpu/openmp.py).
     lower_priority(args.serving_nice)
-    server = startup.ReadyServer(uv_config, _banner(host, port, serving, seat), T_START)
+    server = ReadyServer(uv_config, _banner(host, port, serving, seat), T_START)
     try:
         server.run()  # shuts down gracefully on Ctrl-C / SIGTERM
     except KeyboardInterrupt:  # uvicorn re-raises the signal once it has shut down
@@ -134,8 +135,8 @@ def create_app(
     from fastapi import FastAPI
 
     from playground.access.public import is_public
-    from playground.cli.startup import add_frontend, healthz_route
     from playground.server.api import refuse_other_methods, register_api
+    from playground.server.frontend import add_frontend, healthz_route
     from playground.server.options import ServingOptions
     from playground.ui import build_ui, load_asset
 

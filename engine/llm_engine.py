@@ -60,10 +60,20 @@ class LLMEngine:
         self._pending_events: list[StepEvent] = []
 
     @classmethod
-    def from_pretrained(cls, model: str = "default", device: str = "auto", dtype=None, **overrides):
+    def from_pretrained(
+        cls,
+        model: str = "default",
+        device: str = "auto",
+        dtype=None,
+        *,
+        seed: int | None = None,
+        load_options: dict | None = None,
+        **overrides,
+    ):
         """Load a model ("default", a local directory or a hub id) and build an engine.
 
-        `overrides` are EngineConfig fields, e.g. max_num_seqs=8, kv_backend="hf_cache".
+        `overrides` are EngineConfig fields, e.g. max_num_seqs=8, kv_backend="hf_cache";
+        `load_options` go to engine.loader.load_model (tokenizer, hub); `seed` seeds sampling.
         The load runs on a short-lived thread, so the caller's thread keeps no OpenMP team
         (engine/cpu/openmp.py): the engine may then be stepped on any one thread at full speed.
         """
@@ -74,8 +84,10 @@ class LLMEngine:
         from engine.loader import load_model
 
         def load():
-            loaded, tokenizer = load_model(model, device=device, dtype=dtype)
-            return cls(loaded, tokenizer, config)
+            loaded, tokenizer = load_model(
+                model, device=device, dtype=dtype, **(load_options or {})
+            )
+            return cls(loaded, tokenizer, config, seed=seed)
 
         return cpu.off_thread(load)
 

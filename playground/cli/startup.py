@@ -3,17 +3,11 @@ and the HTTP server's vLLM settings. Imported only after parsing: it loads torch
 and FastAPI."""
 
 import argparse
+import dataclasses
 import logging
-import time
 from dataclasses import replace
 
-import uvicorn
-from fastapi import FastAPI, Request
-from fastapi.middleware.cors import CORSMiddleware
-
 from engine import EngineConfig, LLMEngine
-from engine.cpu.openmp import off_thread
-from engine.loader import load_model
 from playground.access.limits import PublicLimits
 from playground.access.public import is_public
 from playground.cli.engine_flags import engine_overrides
@@ -69,25 +63,21 @@ def open_engine(args: argparse.Namespace, config: EngineConfig):
 
 
 def load_engine(args: argparse.Namespace, config: EngineConfig) -> LLMEngine:
-    """The model with vLLM's loading flags, then the engine (seeded by --seed), on a
-    short-lived thread so that the thread that steps it is the only one that keeps an OpenMP
-    team (engine/cpu/openmp.py)."""
+    """The model with vLLM's loading flags, then the engine (seeded by --seed); the load runs
+    on a short-lived thread (LLMEngine.from_pretrained)."""
     template = chat_template(args.chat_template)  # a bad one stops before the slow load
-
-    def load() -> LLMEngine:
-        model, tokenizer = load_model(
-            args.model,
-            device=args.device,
-            dtype=args.dtype,
-            tokenizer=args.tokenizer,
-            hub=hub_options(args),
-        )
-        check_kv_cache_dtype(args.kv_cache_dtype, model.dtype)
-        if template is not None:
-            tokenizer.chat_template = template
-        return LLMEngine(model, tokenizer, config, seed=args.seed)
-
-    return off_thread(load)
+    engine = LLMEngine.from_pretrained(
+        args.model,
+        device=args.device,
+        dtype=args.dtype,
+        seed=args.seed,
+        load_options={"tokenizer": args.tokenizer, "hub": hub_options(args)},
+        **dataclasses.asdict(config),
+    )
+    check_kv_cache_dtype(args.kv_cache_dtype, engine.model.dtype)
+    if template is not None:
+        engine.tokenizer.chat_template = template
+    return engine
 
 
 def start_driver(args, engine, lanes, config: EngineConfig, limits: PublicLimits):
@@ -114,63 +104,6 @@ def seeded_factory(engine, seed: int | None):
         return LLMEngine(engine.model, engine.tokenizer, cfg, seed=seed)
 
     return factory
-
-
-def add_frontend(app: FastAPI, frontend) -> None:
-    """vllm serve's CORS (--allowed-origins) and request log (--enable-log-requests)."""
-    if frontend.allowed_origins:
-        app.add_middleware(
-            CORSMiddleware,
-            allow_origins=list(frontend.allowed_origins),
-            allow_methods=["*"],
-            allow_headers=["*"],
-        )
-    if frontend.log_requests:
-
-        @app.middleware("http")
-        async def log_request(request: Request, call_next):
-            started = time.monotonic()
-            response = await call_next(request)
-            if request.url.path.startswith("/v1/"):
-                log.info(
-                    "%s %s from %s: %d after %.3f s",
-                    request.method,
-                    request.url.path,
-                    request.client.host if request.client else "?",
-                    response.status_code,
-                    time.monotonic() - started,
-                )
-            return response
-
-
-def healthz_route(app: FastAPI, driver) -> None:
-    @app.get("/healthz")
-    def healthz() -> dict:
-        snap = driver.snapshot()
-        return {
-            "status": "ok" if driver.is_alive else "driver stopped",
-            "step": snap.step,
-            "waiting": snap.num_waiting,
-            "running": snap.num_running,
-            "generated_tokens": snap.totals.num_generated_tokens,
-            "tokens_per_s": round(snap.totals.tokens_per_s, 2),  # of engine busy time
-        }
-
-
-class ReadyServer(uvicorn.Server):
-    """Prints `banner` once the socket listens, so whoever reads it can connect at once."""
-
-    def __init__(self, config: uvicorn.Config, banner: str, started_at: float):
-        super().__init__(config)
-        self.banner, self.started_at = banner, started_at
-
-    async def startup(self, sockets=None) -> None:
-        await super().startup(sockets)
-        if self.started:
-            print(
-                f"{self.banner} [{time.monotonic() - self.started_at:.1f} s after start]",
-                flush=True,
-            )
 
 
 def _given(**kwargs) -> dict:
