@@ -439,9 +439,7 @@ class LLMEngine:
 
     def _fork(self, group: SequenceGroup, parent: Sequence, index: int) -> Sequence:
         child = self._new_sequence(group, index)
-        forked = parent.fork(
-            child.seq_id, index, child.detokenizer, child.generator, child.grammar
-        )
+        forked = parent.fork(child.seq_id, index, child.detokenizer, child.generator, child.grammar)
         self.block_manager.fork(parent, forked)
         self.runner.fork(parent, forked)
         group.seqs.append(forked)
