@@ -23,7 +23,6 @@ from engine.structured_params import StructuredOutputsParams
 from engine.validation import FieldError
 
 MAX_CACHED_GRAMMARS = 256  # per tokenizer, least recently used dropped first
-_POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.int32)
 
 
 class GrammarCompiler:
@@ -63,8 +62,8 @@ class GrammarCompiler:
         kind = spec.kind
         if kind == "json":
             return c.compile_json_schema(json.dumps(spec.schema), any_whitespace=any_whitespace)
-        if kind == "json_object":
-            return c.compile_builtin_json_grammar()
+        if kind == "json_object":  # as vLLM's xgrammar backend: any object
+            return c.compile_json_schema('{"type": "object"}', any_whitespace=any_whitespace)
         if kind == "regex":
             return c.compile_regex(spec.regex)
         if kind == "choice":  # as vLLM: an EBNF alternation of the quoted strings
@@ -152,8 +151,7 @@ class GrammarMask:
             grammar = seqs[i].grammar
             grammar.advance(seqs[i].output_token_ids)  # a fork catches up here
             grammar.matcher.fill_next_token_bitmask(bitmask, i)
-        words = bitmask[rows].numpy().view(np.uint8)  # (r, vocab / 8) bytes
-        counts = _POPCOUNT[words].sum(axis=1).tolist()
+        counts = np.bitwise_count(bitmask[rows].numpy().view(np.uint32)).sum(axis=1).tolist()
         for i, count in zip(rows, counts, strict=True):
             seqs[i].grammar.num_allowed.append(min(count, vocab))
         xgr.apply_token_bitmask_inplace(logits, bitmask[:num_seqs], indices=rows)

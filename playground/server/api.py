@@ -275,7 +275,7 @@ def _prepare(d: EngineDriver, body: RequestBody, model: str) -> CompletionJob:
         top = body.top_logprobs if body.logprobs else None
     else:
         top = body.logprobs
-    fields = dict(temperature=body.temperature)
+    fields = dict(temperature=body.temperature) | body.sampling_extensions()
     if not chat:
         fields |= body.beam_fields()
     params = public.sampling_params(
@@ -292,6 +292,7 @@ def _prepare(d: EngineDriver, body: RequestBody, model: str) -> CompletionJob:
         logprobs=top,
         **fields,
     )
+    public.compile_grammar(d, params)  # here, off the engine's thread; add_request finds it
     request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:10]}"  # OpenAI's style
     return CompletionJob(chat, request_id, model, prompt, token_ids, params, top, body.priority,
                          body.stream, body.include_usage, int(time.time()))  # fmt: skip
