@@ -182,6 +182,8 @@ def request_schema(body_cls, limits: PublicLimits, vocab: int | None, policy: st
             props[name] = {"anyOf": [prop, {"type": "null"}]}
     schema["additionalProperties"] = False
     schema["allOf"] = [_only_with("stream_options", {"type": "object"}, "stream")]
+    schema["allOf"].append(_greedy_takes_one(body_cls is CompletionRequest))
+    props["min_tokens"]["maximum"] = limits.max_tokens  # and at most max_tokens
     if body_cls is ChatCompletionRequest:
         schema["allOf"].append(_only_with("top_logprobs", {"minimum": 1}, "logprobs"))
         props["messages"]["contains"] = {  # some message has text to answer
@@ -244,6 +246,15 @@ def _one_prompt(variants: list[dict]) -> None:
         if items.get("type") != "integer":  # ["text"] or [[ids]]: a batch of exactly one
             v["maxItems"] = 1
             items.update(TEXT if items.get("type") == "string" else {"minItems": 1})
+
+
+def _greedy_takes_one(beams: bool) -> dict:
+    """vLLM's rule: n is 1 with greedy sampling (temperature 0), beam search apart."""
+    when = {"required": ["temperature"], "properties": {"temperature": {"exclusiveMaximum": 1e-5}}}
+    if beams:
+        when["not"] = {"required": ["use_beam_search"],
+                       "properties": {"use_beam_search": {"const": True}}}  # fmt: skip
+    return {"if": when, "then": {"properties": {"n": {"enum": [1, None]}}}}
 
 
 def _only_with(name: str, when: dict, flag: str) -> dict:
