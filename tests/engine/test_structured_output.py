@@ -170,3 +170,16 @@ def test_the_real_model_answers_in_its_schema(default_model):
     value = json.loads(out.text)
     assert out.stop_reason == "eos" and value["answer"] in ("yes", "no"), out.text
     assert set(value) == {"answer", "confidence"} and 0 <= value["confidence"] <= 100
+
+
+def test_the_inspector_shows_what_the_grammar_allowed(engine):
+    from playground.board.inspector import render_inspector
+
+    [out] = engine.generate(["Pick"], structured(choice=["left", "right"]))
+    detail = engine.inspect(out.request_id)
+    html = render_inspector(detail, (), out.request_id)
+    assert "tokens the grammar allowed, per step" in html
+    for n in detail.seqs[0].num_allowed_tokens:
+        assert f'title="{n} tokens allowed"' in html
+    free = engine.generate(["Pick"], SamplingParams(max_tokens=3, seed=0))[0]
+    assert "grammar" not in render_inspector(engine.inspect(free.request_id), (), "x")
