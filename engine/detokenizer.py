@@ -1,6 +1,6 @@
 """Incremental detokenization: text deltas for streaming, and stop strings.
 
-The text is always exactly `tokenizer.decode(output_token_ids, skip_special_tokens=True)`
+The text is always exactly `tokenizer.decode(output_token_ids, skip_special_tokens=...)`
 (byte-level BPE pieces of an emoji or a CJK character join up by themselves). With a fast
 tokenizer whose decode is the Rust one's alone, each new token goes through tokenizers'
 DecodeStream, which decodes a few tokens around it (as vLLM's detokenizer does), not the whole
@@ -36,25 +36,26 @@ def stream_backend(tokenizer):
 
 
 class WholeDecode:
-    """`tokenizer.decode(ids, skip_special_tokens=True)`, the whole list every time."""
+    """`tokenizer.decode(ids, skip_special_tokens=...)`, the whole list every time."""
 
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer, skip_special_tokens: bool = True):
         self.tokenizer = tokenizer
+        self.skip_special_tokens = skip_special_tokens
 
     def __call__(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
 
 
 class StreamedDecode(WholeDecode):
-    """`tokenizer.decode(ids, skip_special_tokens=True)` of a list that only grows, fed to a
+    """`tokenizer.decode(ids, skip_special_tokens=...)` of a list that only grows, fed to a
     DecodeStream token by token. The whole list is decoded while the stream holds tokens back
     (an incomplete character) and for good once the stream fails (tokenizers refuses a decode
     that changed text it already gave)."""
 
-    def __init__(self, tokenizer, backend):
-        super().__init__(tokenizer)
+    def __init__(self, tokenizer, backend, skip_special_tokens: bool = True):
+        super().__init__(tokenizer, skip_special_tokens)
         self.backend = backend
-        self.stream: DecodeStream | None = DecodeStream(skip_special_tokens=True)
+        self.stream: DecodeStream | None = DecodeStream(skip_special_tokens=skip_special_tokens)
         self.num_fed = 0
         self.text = ""  # the stream's pieces, joined
         self.num_settled = 0  # tokens behind self.text
@@ -77,22 +78,31 @@ class StreamedDecode(WholeDecode):
 
 
 class IncrementalDetokenizer:
-    def __init__(self, tokenizer, stop: list[str], include_stop_str_in_output: bool):
+    def __init__(
+        self,
+        tokenizer,
+        stop: list[str],
+        include_stop_str_in_output: bool,
+        skip_special_tokens: bool = True,
+        min_tokens: int = 0,
+    ):
         self.stop = stop
         self.include_stop_str_in_output = include_stop_str_in_output
+        self.min_tokens = min_tokens  # stop strings count only in the text after these
         self.max_stop_len = max((len(s) for s in stop), default=0)
         self.text = ""  # the output so far, cut at a stop string once one is found
         self.num_sent_chars = 0  # of self.text, handed out as deltas
         backend = stream_backend(tokenizer)
-        self._decode = (
-            WholeDecode(tokenizer) if backend is None else StreamedDecode(tokenizer, backend)
-        )
+        if backend is None:
+            self._decode = WholeDecode(tokenizer, skip_special_tokens)
+        else:
+            self._decode = StreamedDecode(tokenizer, backend, skip_special_tokens)
 
     def update(self, output_token_ids: list[int]) -> str | None:
         """Decode the output after a new token; return the stop string if the text now has one."""
         old_len = len(self.text.rstrip(REPLACEMENT_CHAR))  # U+FFFD may turn into fewer chars
         self.text = self._decode(output_token_ids)
-        if not self.stop:
+        if not self.stop or len(output_token_ids) <= self.min_tokens:  # as vLLM's detokenizer
             return None
         # A stop string may start in text we already searched: look back max_stop_len - 1.
         search_from = max(0, min(old_len, len(self.text)) - self.max_stop_len + 1)

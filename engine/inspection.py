@@ -32,6 +32,8 @@ class SequenceDetail:
     waiting_history: tuple[tuple[str, int, int], ...] = ()
     # (step, tokens dropped, tokens recomputed, seconds lost or None while not back yet)
     preemptions: tuple[tuple[int, int, int, float | None], ...] = ()
+    # structured outputs: per output token, how many tokens its grammar allowed ((): none)
+    num_allowed_tokens: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,6 +296,7 @@ def request_detail(group: SequenceGroup, tokenizer) -> RequestDetail:
                     (p.step, p.num_dropped_tokens, p.num_recomputed_tokens, p.time_lost)
                     for p in seq.preemptions.events
                 ),
+                num_allowed_tokens=() if seq.grammar is None else tuple(seq.grammar.num_allowed),
             )
         )
     return RequestDetail(

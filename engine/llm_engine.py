@@ -28,6 +28,7 @@ from engine.sampler import Sampler
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler, SchedulerOutputs
 from engine.sequence import Sequence, SequenceGroup, SequenceStatus, StepClock, StopReason
+from engine.structured_output import new_grammar_state
 from engine.telemetry import EngineSnapshot, RequestState, StepEvent, Telemetry
 
 logger = logging.getLogger(__name__)
@@ -353,16 +354,18 @@ class LLMEngine:
         if params.seed is not None:
             generator = torch.Generator().manual_seed(hash((params.seed, index)) & (2**63 - 1))
         detok = IncrementalDetokenizer(
-            self.tokenizer, params.stop, params.include_stop_str_in_output
-        )
+            self.tokenizer, params.stop, params.include_stop_str_in_output,
+            params.skip_special_tokens, params.min_tokens,
+        )  # fmt: skip
+        grammar = new_grammar_state(self.model, self.tokenizer, params)  # FieldError if bad
         return Sequence(
             next(self._seq_ids), index, group.prompt_token_ids, params, detok,
-            self.eos_token_ids, self.config.max_model_len, generator, self.clock,
+            self.eos_token_ids, self.config.max_model_len, generator, self.clock, grammar,
         )  # fmt: skip
 
     def _fork(self, group: SequenceGroup, parent: Sequence, index: int) -> Sequence:
         child = self._new_sequence(group, index)
-        forked = parent.fork(child.seq_id, index, child.detokenizer, child.generator)
+        forked = parent.fork(child.seq_id, index, child.detokenizer, child.generator, child.grammar)
         self.block_manager.fork(parent, forked)
         self.runner.fork(parent, forked)
         group.seqs.append(forked)

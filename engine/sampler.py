@@ -4,15 +4,19 @@ Greedy rows take the argmax. Other rows go through temperature, top-k, top-p and
 draw by inverse CDF with one uniform number from a torch.Generator: the sequence's own when
 it has a seed (so its tokens do not depend on what else shares the batch), else the engine's
 shared one. Every step is batched over rows: a few large ops beat many small ones on a CPU.
-Logprobs are those of the model's distribution (after repetition penalty, before
-temperature and filtering).
+Before that, in place on a copy of the logits: vLLM's penalties and min_tokens
+(engine/penalties.py), then the grammar masks of structured outputs
+(engine/structured_output.py). Logprobs are those of the distribution after these, before
+temperature and filtering.
 """
 
 import torch
 
 from engine import cpu
 from engine.outputs import Logprob
+from engine.penalties import apply_min_tokens, apply_penalties, is_penalized
 from engine.sequence import Sequence
+from engine.structured_output import GrammarMask
 
 TOP_WINDOW = 1024  # top-k / top-p look at the best tokens first; a full sort only if needed
 
@@ -31,6 +35,7 @@ class Sampler:
             self.generator.manual_seed(seed)
         else:
             self.generator.seed()
+        self.grammar_mask = GrammarMask()
 
     @torch.inference_mode()
     def __call__(
@@ -38,18 +43,11 @@ class Sampler:
     ) -> list[tuple[int, dict[int, Logprob] | None]]:
         """Pick one token per row of `logits` (num_seqs, vocab) for the matching sequence."""
         assert logits.shape[0] == len(seqs), (logits.shape, len(seqs))
-        if all(_is_plain_greedy(s.params) for s in seqs):
+        if all(_is_plain_greedy(s) for s in seqs):
             # Argmax where the logits are: on a GPU only the ids cross to the host, not the
             # whole (num_seqs, vocab) block.
             return [(t, None) for t in greedy_ids(logits).tolist()]
-        logits = logits.float().cpu()  # (num_seqs, vocab)
-        penalized = [i for i, s in enumerate(seqs) if s.params.repetition_penalty != 1.0]
-        if penalized:
-            logits = logits.clone()  # penalties write in place; the runner's logits stay
-        for i in penalized:
-            apply_repetition_penalty(
-                logits[i], seqs[i].all_token_ids, seqs[i].params.repetition_penalty
-            )
+        logits = self._processed(logits.float().cpu(), seqs)  # (num_seqs, vocab)
         token_ids = greedy_ids(logits)  # greedy rows are done
         rows = [i for i, s in enumerate(seqs) if not s.params.is_greedy]
         if rows:
@@ -68,6 +66,22 @@ class Sampler:
             for i, lp in zip(wanted, found, strict=True):
                 logprobs[i] = lp
         return list(zip(chosen, logprobs, strict=True))
+
+    def _processed(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+        """The logits after penalties, min_tokens and grammars: a copy where any applies (the
+        runner's logits stay as they are)."""
+        penalized = [i for i, s in enumerate(seqs) if is_penalized(s.params)]
+        short = [i for i, s in enumerate(seqs) if s.num_output_tokens < s.params.min_tokens]
+        structured = [i for i, s in enumerate(seqs) if s.grammar is not None]
+        if penalized or short or structured:
+            logits = logits.clone()
+        if penalized:
+            apply_penalties(logits, seqs, penalized)
+        if structured:
+            self.grammar_mask.apply(logits, seqs, structured)
+        if short:
+            apply_min_tokens(logits, seqs, short)
+        return logits
 
     def _logprobs(self, logits, token_ids, seqs, rows) -> list[dict[int, Logprob]]:
         logprobs = logits.log_softmax(dim=-1)  # (r, vocab)
@@ -91,8 +105,16 @@ class Sampler:
         return self.tokenizer.decode([token_id])
 
 
-def _is_plain_greedy(params) -> bool:
-    return params.is_greedy and params.repetition_penalty == 1.0 and params.logprobs is None
+def _is_plain_greedy(seq: Sequence) -> bool:
+    """Greedy, and nothing changes its logits or asks for logprobs."""
+    params = seq.params
+    return (
+        params.is_greedy
+        and params.logprobs is None
+        and not is_penalized(params)
+        and seq.grammar is None
+        and seq.num_output_tokens >= params.min_tokens
+    )
 
 
 def filtered_probs(logits: torch.Tensor, params: list) -> torch.Tensor:
@@ -136,10 +158,3 @@ def _cut(values, top_k, top_p, lse_all) -> torch.Tensor:
     lse = torch.where(limited, values.logsumexp(-1, keepdim=True), lse_all)
     probs = (values - lse).exp()
     return cut | ((probs.cumsum(dim=-1) - probs) > top_p.unsqueeze(1))  # keeps the best token
-
-
-def apply_repetition_penalty(logits: torch.Tensor, token_ids: list[int], penalty: float) -> None:
-    """In place, as transformers does: seen tokens' logits divided (if > 0) or multiplied."""
-    seen = torch.tensor(sorted(set(token_ids)), dtype=torch.long)
-    values = logits[seen]
-    logits[seen] = torch.where(values > 0, values / penalty, values * penalty)

@@ -3,6 +3,7 @@
 import math
 from dataclasses import dataclass, field
 
+from engine.structured_params import StructuredOutputsParams
 from engine.validation import FieldError, check_int
 
 MAX_STOP_STRINGS = 64  # each one is searched in every new piece of text
@@ -12,6 +13,7 @@ MAX_BEAM_WIDTH = 16
 MAX_TOKENS = 2**31 - 1  # beyond any context window; a request stops at its model's anyway
 MAX_LOGPROBS = 20
 GREEDY_BELOW = 1e-5  # temperatures under this are greedy
+MAX_PENALTY = 2.0  # presence / frequency penalties in [-2, 2], as OpenAI and vLLM
 
 
 @dataclass(slots=True)
@@ -34,6 +36,16 @@ class SamplingParams:
     # generate(num_beams=k, do_sample=False): cumulative logprob / generated length ** penalty
     beam_width: int = 1
     length_penalty: float = 1.0
+    # vLLM's: EOS and stop_token_ids are masked (and stop strings not searched) until the
+    # output has min_tokens tokens
+    min_tokens: int = 0
+    # OpenAI's, applied as vLLM does: logits minus presence_penalty for each token already in
+    # the output, minus frequency_penalty times its count there (> 0 discourages repeats)
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    skip_special_tokens: bool = True  # special tokens (EOS, ...) left out of the text
+    # the grammar the output follows (engine/structured_output.py); None = free text
+    structured_outputs: StructuredOutputsParams | None = None
 
     def __post_init__(self):
         self.stop = [self.stop] if isinstance(self.stop, str) else _as_list("stop", self.stop)
@@ -63,7 +75,7 @@ class SamplingParams:
                 )
         for t in self.stop_token_ids:
             check_int("stop_token_ids", t, 0)
-        for name in ("ignore_eos", "include_stop_str_in_output"):
+        for name in ("ignore_eos", "include_stop_str_in_output", "skip_special_tokens"):
             if not isinstance(getattr(self, name), bool):
                 raise FieldError(name, f"{name} must be a bool, got {getattr(self, name)!r}")
         check_int("n", self.n, 1, MAX_N)
@@ -75,6 +87,7 @@ class SamplingParams:
             _check_float("timeout_s", self.timeout_s, 0.0, None, "> 0")
             if self.timeout_s == 0.0:
                 raise FieldError("timeout_s", "timeout_s must be > 0, got 0.0")
+        self._check_vllm_extensions()
         check_int("beam_width", self.beam_width, 1, MAX_BEAM_WIDTH)
         _check_float("length_penalty", self.length_penalty, -math.inf, None, "")
         if self.use_beam_search:
@@ -84,6 +97,26 @@ class SamplingParams:
                 "length_penalty",
                 f"length_penalty only applies to beam search (beam_width >= 2), got "
                 f"{self.length_penalty} with beam_width=1",
+            )
+        elif self.is_greedy and self.n > 1:  # vLLM's SamplingParams._verify_greedy_sampling
+            raise FieldError("n", f"n must be 1 when using greedy sampling, got {self.n}")
+
+    def _check_vllm_extensions(self) -> None:
+        check_int("min_tokens", self.min_tokens, 0, self.max_tokens)
+        for name in ("presence_penalty", "frequency_penalty"):
+            _check_float(name, getattr(self, name), -MAX_PENALTY, MAX_PENALTY, "in [-2, 2]")
+        so = self.structured_outputs
+        if isinstance(so, dict):
+            unknown = sorted(set(so) - set(StructuredOutputsParams.__dataclass_fields__))
+            if unknown:
+                raise FieldError(
+                    "structured_outputs", f"structured_outputs has no field {unknown[0]!r}"
+                )
+            self.structured_outputs = so = StructuredOutputsParams(**so)
+        if so is not None and not isinstance(so, StructuredOutputsParams):
+            raise FieldError(
+                "structured_outputs",
+                f"structured_outputs must be a StructuredOutputsParams or a dict, got {so!r:.80}",
             )
 
     def _check_beam_search(self) -> None:
@@ -99,7 +132,10 @@ class SamplingParams:
             "top_k": (self.top_k, 0), "top_p": (self.top_p, 1.0), "min_p": (self.min_p, 0.0),
             "seed": (self.seed, None), "repetition_penalty": (self.repetition_penalty, 1.0),
             "logprobs": (self.logprobs, None), "stop": (self.stop, []),
-            "stop_token_ids": (self.stop_token_ids, []),
+            "stop_token_ids": (self.stop_token_ids, []), "min_tokens": (self.min_tokens, 0),
+            "presence_penalty": (self.presence_penalty, 0.0),
+            "frequency_penalty": (self.frequency_penalty, 0.0),
+            "structured_outputs": (self.structured_outputs, None),
         }  # fmt: skip
         for name, (value, default) in unused.items():
             if value != default:

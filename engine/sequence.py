@@ -56,6 +56,7 @@ class Sequence:
         max_model_len: int,
         generator: torch.Generator | None = None,
         clock: StepClock | None = None,
+        grammar=None,
     ):
         self.seq_id = seq_id
         self.index = index  # position among the request's n completions
@@ -66,6 +67,8 @@ class Sequence:
         self.eos_token_ids = eos_token_ids
         self.max_model_len = max_model_len
         self.generator = generator  # seeded sampling; None = the engine's shared generator
+        # GrammarState (engine/structured_output.py) under structured outputs, else None
+        self.grammar = grammar
         self.status = SequenceStatus.WAITING
         self.stop_reason: StopReason | None = None
         self.block_table: list[int] = []  # KV block ids, in token order
@@ -165,12 +168,24 @@ class Sequence:
         if self.logprobs is not None and logprobs is not None:
             self.logprobs.append(logprobs)
             self.cumulative_logprob += logprobs[token_id].logprob
-        stop_string = self.detokenizer.update(self.output_token_ids)
         params = self.params
-        if not params.ignore_eos and token_id in self.eos_token_ids:
+        is_eos = not params.ignore_eos and token_id in self.eos_token_ids
+        is_stop_token = is_eos or token_id in params.stop_token_ids
+        # As vLLM: the token that stops the sequence is not in the text unless asked for.
+        shown = self.output_token_ids
+        if is_stop_token and not params.include_stop_str_in_output:
+            shown = shown[:-1]
+        stop_string = self.detokenizer.update(shown)
+        if self.grammar is not None:
+            self.grammar.advance(self.output_token_ids)
+        if is_eos:
             reason = StopReason.EOS
-        elif token_id in params.stop_token_ids or stop_string is not None:
+        elif is_stop_token or stop_string is not None:
             reason = StopReason.STOP_WORD
+        elif self.grammar is not None and self.grammar.is_rejected:
+            reason = StopReason.ERROR  # a token its grammar refused: the output cannot parse
+        elif self.grammar is not None and self.grammar.is_terminated:
+            reason = StopReason.EOS  # the grammar is complete: it allows only the end
         elif self.num_output_tokens >= params.max_tokens:
             reason = StopReason.MAX_TOKENS
         elif self.num_tokens >= self.max_model_len:
@@ -180,11 +195,12 @@ class Sequence:
         self.finish(reason)
         return reason
 
-    def fork(self, seq_id: int, index: int, detokenizer, generator) -> "Sequence":
-        """A sibling that shares everything computed so far (the caller shares the blocks)."""
+    def fork(self, seq_id: int, index: int, detokenizer, generator, grammar=None) -> "Sequence":
+        """A sibling that shares everything computed so far (the caller shares the blocks;
+        a new `grammar` catches up with the shared output tokens before its next mask)."""
         child = Sequence(
             seq_id, index, self.prompt_token_ids, self.params, detokenizer,
-            self.eos_token_ids, self.max_model_len, generator, self.clock,
+            self.eos_token_ids, self.max_model_len, generator, self.clock, grammar,
         )  # fmt: skip
         child.output_token_ids = list(self.output_token_ids)
         child.cumulative_logprob = self.cumulative_logprob

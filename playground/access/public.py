@@ -11,7 +11,7 @@ import os
 
 from jinja2 import TemplateError
 
-from engine import FieldError, SamplingParams
+from engine import FieldError, SamplingParams, structured_output
 from engine.request_input import tokenize_prompt
 from playground.driver import EngineDriver
 from playground.handles import RequestHandle, RequestRejected, preview
@@ -41,6 +41,21 @@ def tokenize(driver: EngineDriver, prompt, chat_template_kwargs=None) -> list[in
 def sampling_params(**fields) -> SamplingParams:
     try:
         return SamplingParams(**fields)
+    except FieldError as exc:
+        raise RequestRejected(str(exc), exc.field) from None
+
+
+def compile_grammar(driver: EngineDriver, params: SamplingParams) -> None:
+    """Compile the grammar of a request with structured outputs on the caller's thread (the
+    engine caches it: its add_request finds it ready); RequestRejected naming the field if it
+    cannot compile. Nothing to do without a local model (a board over a remote server)."""
+    spec = params.structured_outputs
+    if spec is None or driver.tokenizer is None or driver.model is None:
+        return
+    try:
+        structured_output.compile_grammar(
+            driver.tokenizer, structured_output.logits_width(driver.model), spec
+        )
     except FieldError as exc:
         raise RequestRejected(str(exc), exc.field) from None
 

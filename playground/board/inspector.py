@@ -89,6 +89,23 @@ def _sequence(seq: SequenceDetail, num_seqs: int) -> str:
         f"<h4>prompt tokens</h4>{_chips(seq.prompt_token_ids, seq.prompt_tokens)}"
         f"<h4>generated tokens</h4>"
         f"{_chips(seq.output_token_ids, seq.output_tokens, last=True, logprobs=seq.logprobs)}"
+        f"{_grammar_allowed(seq)}"
+    )
+
+
+def _grammar_allowed(seq: SequenceDetail) -> str:
+    """Structured outputs: how many tokens the grammar allowed before each generated token."""
+    if not seq.num_allowed_tokens:
+        return ""
+    pairs = list(zip(seq.output_tokens, seq.num_allowed_tokens, strict=False))
+    cells = "".join(
+        f'<span class="pg-chip" title="{n} tokens allowed">'
+        f"{esc(str(piece).translate(VISIBLE))}<sub>{n}</sub></span>"
+        for piece, n in pairs[:MAX_TOKEN_CHIPS]
+    )
+    return (
+        "<h4>tokens the grammar allowed, per step</h4>"
+        f"<div class='pg-chips pg-grammar'>{cells}</div>"
     )
 
 

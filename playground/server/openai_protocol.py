@@ -22,6 +22,7 @@ from engine.sampling_params import (
     MAX_BEAM_WIDTH,
     MAX_LOGPROBS,
     MAX_N,
+    MAX_PENALTY,
     MAX_STOP_STRING_LEN,
     MAX_STOP_STRINGS,
 )
@@ -36,12 +37,9 @@ FINISH_REASONS = {  # engine StopReason -> finish_reason: OpenAI's values, and v
 }  # StopReason.ERROR has none: as in vLLM, a failed request answers 500 (streamed: an error event)
 MIN_LOGPROB = -9999.0
 UNSUPPORTED = {  # OpenAI fields this engine cannot honour -> values that mean "not used"
-    "presence_penalty": (0,),
-    "frequency_penalty": (0,),
     "logit_bias": ({},),
     "tools": ([],),
     "functions": ([],),
-    "response_format": ({"type": "text"},),
     "suffix": ("",),
     "best_of": (1,),
     "use_beam_search": (False,),  # chat: none (completions take it)
@@ -147,6 +145,14 @@ class RequestBody(BaseModel):
     stream_options: "StreamOptions | None" = None
     # vLLM extension: new tokens per streamed chunk; raises the server's --stream-interval
     stream_interval: Annotated[int, Field(ge=1)] | None = None
+    # OpenAI's penalties and output format, vLLM's sampling and structured-output extensions
+    presence_penalty: float = Field(0.0, ge=-MAX_PENALTY, le=MAX_PENALTY)
+    frequency_penalty: float = Field(0.0, ge=-MAX_PENALTY, le=MAX_PENALTY)
+    min_tokens: int = Field(0, ge=0)
+    skip_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
+    response_format: "ResponseFormat | None" = None
+    structured_outputs: "StructuredOutputsBody | None" = None
 
     @model_validator(mode="before")
     @classmethod
@@ -166,11 +172,67 @@ class RequestBody(BaseModel):
         if self.stream_options is not None and not self.stream:
             message = "stream_options is only allowed when stream is true"
             raise APIError(400, message, param="stream_options")
+        self._check_output_format()
+
+    def _check_output_format(self) -> None:
+        rf = self.response_format
+        if rf is not None and rf.type != "text" and self.structured_outputs is not None:
+            message = "response_format and structured_outputs cannot be used together"
+            raise APIError(400, message, param="response_format")
+        if rf is not None and rf.type == "json_schema" and rf.json_schema is None:
+            message = "response_format.json_schema is required when type is json_schema"
+            raise APIError(400, message, param="response_format.json_schema")
+
+    def sampling_extensions(self) -> dict:
+        """The SamplingParams fields of the penalties, min_tokens, the text options and the
+        output format (response_format or structured_outputs), in the engine's names."""
+        fields = {
+            name: getattr(self, name)
+            for name in ("presence_penalty", "frequency_penalty", "min_tokens",
+                         "skip_special_tokens", "include_stop_str_in_output")
+        }  # fmt: skip
+        rf, so = self.response_format, self.structured_outputs
+        if so is not None:
+            fields["structured_outputs"] = so.model_dump(exclude_none=True, by_alias=True)
+        elif rf is not None and rf.type == "json_object":
+            fields["structured_outputs"] = {"json_object": True}
+        elif rf is not None and rf.type == "json_schema":
+            fields["structured_outputs"] = {"json": rf.json_schema.schema_ or {}}
+        return fields
 
 
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
     include_usage: bool = False
+
+
+class JsonSchemaFormat(BaseModel):
+    """OpenAI's response_format.json_schema: the schema the output follows."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, populate_by_name=True)
+    name: str | None = None
+    description: str | None = None
+    schema_: dict | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+class StructuredOutputsBody(BaseModel):
+    """vLLM's `structured_outputs` request field: exactly one of json, regex, choice, grammar
+    (EBNF), json_object (the engine's StructuredOutputsParams checks it)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+    json_: dict | str | None = Field(None, alias="json")
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    json_object: bool | None = None
+    disable_any_whitespace: bool = False
 
 
 def _whole(value):

@@ -211,6 +211,8 @@ def request_schema(body_cls, limits: PublicLimits, vocab: int | None, policy: st
             props[name] = {"anyOf": [prop, {"type": "null"}]}
     schema["additionalProperties"] = not strict
     schema["allOf"] = [_only_with("stream_options", {"type": "object"}, "stream")]
+    schema["allOf"].append(_greedy_takes_one(body_cls is CompletionRequest))
+    props["min_tokens"]["maximum"] = limits.max_tokens  # and at most max_tokens
     if body_cls is ChatCompletionRequest:
         schema["allOf"] += [_only_with("top_logprobs", {"minimum": 1}, "logprobs"),
                             NOT_GREEDY_N, TEMPLATE_RULE]  # fmt: skip
@@ -291,6 +293,15 @@ def _prompts(variants: list[dict]) -> None:
         items = v["items"]
         if items.get("type") != "integer":  # a batch: ["text", ...] or [[ids], ...]
             items.update(TEXT if items.get("type") == "string" else {"minItems": 1})
+
+
+def _greedy_takes_one(beams: bool) -> dict:
+    """vLLM's rule: n is 1 with greedy sampling (temperature 0), beam search apart."""
+    when = {"required": ["temperature"], "properties": {"temperature": {"exclusiveMaximum": 1e-5}}}
+    if beams:
+        when["not"] = {"required": ["use_beam_search"],
+                       "properties": {"use_beam_search": {"const": True}}}  # fmt: skip
+    return {"if": when, "then": {"properties": {"n": {"enum": [1, None]}}}}
 
 
 def _only_with(name: str, when: dict, flag: str) -> dict:

@@ -127,7 +127,7 @@ def _prepare(d: EngineDriver, body: RequestBody, model: str, prompt, request_id:
         )
         raise APIError(400, message, param=max_param, code=too_long)
     top = (body.top_logprobs if body.logprobs else None) if chat else body.logprobs
-    fields = dict(temperature=body.temperature)
+    fields = dict(temperature=body.temperature) | body.sampling_extensions()
     if not chat:
         fields |= body.beam_fields()
     params = public.sampling_params(
@@ -144,6 +144,7 @@ def _prepare(d: EngineDriver, body: RequestBody, model: str, prompt, request_id:
         logprobs=top,
         **fields,
     )
+    public.compile_grammar(d, params)  # here, off the engine's thread; add_request finds it
     return CompletionJob(chat, request_id, model, prompt, token_ids, params, top, body.priority,
                          body.stream, body.include_usage, int(time.time()))  # fmt: skip
 

@@ -78,7 +78,8 @@ def test_n_siblings_share_prompt_blocks_and_match_generate(llama_pair, tokenizer
     model, reference = llama_pair
     engine = make_engine(model, tokenizer, kv_backend=kv_backend)
     prompt = PROMPTS[0]
-    params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True, n=3)
+    # top_k=1 draws the argmax: n > 1 needs sampling (vLLM refuses it with greedy)
+    params = SamplingParams(max_tokens=12, temperature=1.0, top_k=1, ignore_eos=True, n=3)
     engine.add_request("fan", prompt, params)
     engine.step()  # the whole prompt fits one step: prefill + first tokens of 3 siblings
     num_prompt_blocks = -(-len(tokenizer.encode(prompt)) // 4)

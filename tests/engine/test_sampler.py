@@ -10,7 +10,8 @@ from transformers.generation.logits_process import RepetitionPenaltyLogitsProces
 
 from engine.detokenizer import IncrementalDetokenizer
 from engine.outputs import Logprob
-from engine.sampler import Sampler, apply_repetition_penalty
+from engine.penalties import apply_penalties
+from engine.sampler import Sampler
 from engine.sampling_params import SamplingParams
 from engine.sequence import Sequence
 
@@ -202,11 +203,13 @@ def test_different_seeds_differ(char_tokenizer):
 
 # -- repetition penalty -----------------------------------------------------------------------
 @pytest.mark.parametrize("penalty", [1.3, 2.0, 0.7])
-def test_repetition_penalty_matches_transformers(penalty):
+def test_repetition_penalty_matches_transformers(penalty, char_tokenizer):
     logits = random_logits(1, seed=4)[0]
     seen = [3, 7, 7, 12, 3, 30]
-    ours = logits.clone()
-    apply_repetition_penalty(ours, seen, penalty)
+    ours = logits.clone()[None]
+    seq = make_seq(char_tokenizer, prompt=seen[:3], outputs=seen[3:], repetition_penalty=penalty)
+    apply_penalties(ours, [seq], [0])
+    ours = ours[0]
     ref = RepetitionPenaltyLogitsProcessor(penalty)(torch.tensor([seen]), logits.clone()[None])[0]
     torch.testing.assert_close(ours, ref, rtol=0, atol=0)
 

@@ -64,9 +64,11 @@ def test_boundary_values_accepted():
     SamplingParams(
         max_tokens=1, temperature=0.0, top_k=1, top_p=1e-9, min_p=1.0,
         repetition_penalty=1e-3, stop=["x" * MAX_STOP_STRING_LEN] * MAX_STOP_STRINGS,
-        stop_token_ids=[0], n=MAX_N, seed=0, logprobs=0, timeout_s=1e-3,
+        stop_token_ids=[0], seed=0, logprobs=0, timeout_s=1e-3,
     )  # fmt: skip
-    SamplingParams(seed=2**63 - 1, logprobs=MAX_LOGPROBS, top_k=10**6, temperature=100.0)
+    SamplingParams(
+        seed=2**63 - 1, logprobs=MAX_LOGPROBS, top_k=10**6, temperature=100.0, n=MAX_N
+    )  # n > 1 needs sampling (greedy takes n=1 only)
 
 
 NAN, INF = math.nan, math.inf
