@@ -5,7 +5,7 @@ i * n ... i * n + n - 1, all under the one response id, with the usage summed. `
 text before each choice's first text (a completion's prompt, a chat's last message).
 """
 
-from playground.server.openai_protocol import ResponseTracker
+from playground.server.responses import ResponseTracker
 
 
 class Choices:

@@ -30,15 +30,14 @@ from playground.server.openai_protocol import (
     APIError,
     ChatCompletionRequest,
     ChatMessage,
-    CompletionJob,
     RequestBody,
-    ResponseTracker,
     not_ready,
     queue_full,
 )
 from playground.server.options import ServingOptions
 from playground.server.outbox import outputs
 from playground.server.request_fields import echo_text, parse, template_kwargs
+from playground.server.responses import CompletionJob, ResponseTracker
 from playground.server.streaming import HEARTBEAT_S, EventStream, events
 
 log = logging.getLogger(__name__)

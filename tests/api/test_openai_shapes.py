@@ -11,7 +11,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from pydantic import BaseModel
 
 from engine import StopReason
-from playground.server.openai_protocol import ResponseTracker
+from playground.server.responses import ResponseTracker
 from tests.api.server import TINY_MODEL
 
 EXTENSIONS = {"stop_reason", "engine_stop_reason"}  # per choice: vLLM's, the engine's
@@ -98,7 +98,7 @@ def test_stop_reason_is_the_stop_string_or_token_that_ended_it(app_server, clien
 
 def _tracker(chat: bool) -> ResponseTracker:
     from engine import SamplingParams
-    from playground.server.openai_protocol import CompletionJob
+    from playground.server.responses import CompletionJob
 
     job = CompletionJob(chat, "id-1", TINY_MODEL, "x", [5], SamplingParams(max_tokens=4), None,
                         0, False, False, 1)  # fmt: skip

@@ -6,7 +6,7 @@ import json
 import httpx
 import pytest
 
-from playground.server.openai_protocol import ResponseTracker
+from playground.server.responses import ResponseTracker
 from tests.api.server import TINY_MODEL, wait_for
 
 HI = [{"role": "user", "content": "Tell me a story."}]
