@@ -64,7 +64,7 @@ def _events(state, kind):
 
 
 def test_chat_burst(real_driver):
-    first, fresh, final = _watch(real_driver, "chat_burst", _workload("chat_burst", tokens=0.5))
+    first, fresh, final = _watch(real_driver, "chat_burst", _workload("chat_burst", tokens=0.25))
     assert fresh == first
     users = {r.request_id for r in final.records if r.owner.startswith("user:")}
     admitted = {}
@@ -131,7 +131,7 @@ def test_beam_search(real_driver):
 
 
 def test_static_vs_continuous(real_driver):
-    workload = _workload("static_vs_continuous", 8, 0.5)
+    workload = _workload("static_vs_continuous", 6, 0.3)
     first, fresh, final = _watch(real_driver, "static_vs_continuous", workload, max_num_seqs=3)
     assert fresh == first
     cont, static = (final.stats[lane] for lane in final.lanes)
