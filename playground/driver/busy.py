@@ -75,6 +75,7 @@ class BusyTime:
     def __init__(self):
         self._done: dict[str, RequestState] = {}  # the last snapshot's finished, converted
         self._steps: dict[int, StepRecord] = {}  # the last snapshot's steps, converted
+        self._key, self._clock, self._step_tuple = None, None, ()  # of the last step window
         self._lost = 0.0  # preemption loss of the requests finished so far
         self._ttfts: deque[float] = deque(maxlen=MAX_LATENCY_SAMPLES)
         self._tpots: deque[float] = deque(maxlen=MAX_LATENCY_SAMPLES)
@@ -84,7 +85,7 @@ class BusyTime:
         remote server's) as it is."""
         if not snap.steps:
             return snap
-        clock = BusyClock(snap.steps, snap.totals.elapsed_busy)
+        clock, steps = self._window(snap)
         done, requests = {}, []
         for r in snap.requests:
             if r.finished is None:
@@ -95,9 +96,6 @@ class BusyTime:
             done[r.request_id] = busy
             requests.append(busy)
         self._done = done
-        steps = {s.step: self._steps.get(s.step) or replace(s, start=clock.at(s.start))
-                 for s in snap.steps}  # fmt: skip
-        self._steps = steps
         live_lost = sum(r.preemption_time_lost for r in requests if r.finished is None)
         totals = replace(
             snap.totals,
@@ -110,11 +108,23 @@ class BusyTime:
         return replace(
             snap,
             requests=tuple(requests),
-            steps=tuple(steps.values()),
+            steps=steps,
             totals=totals,
             ttfts=tuple(self._ttfts),
             tpots=tuple(self._tpots),
         )
+
+    def _window(self, snap: EngineSnapshot) -> tuple[BusyClock, tuple[StepRecord, ...]]:
+        """The clock of the snapshot's step window and its steps on it; the last ones again
+        while no step ran since (the board is published more often than the engine steps)."""
+        key = (snap.steps[-1].step, len(snap.steps), snap.totals.elapsed_busy)
+        if key != self._key:
+            clock = BusyClock(snap.steps, snap.totals.elapsed_busy)
+            steps = {s.step: self._steps.get(s.step) or replace(s, start=clock.at(s.start))
+                     for s in snap.steps}  # fmt: skip
+            self._key, self._clock, self._steps = key, clock, steps
+            self._step_tuple = tuple(steps.values())
+        return self._clock, self._step_tuple
 
     def _finished(self, r: RequestState) -> RequestState:
         """A request seen finished for the first time: its share of the run's numbers."""
