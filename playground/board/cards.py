@@ -31,6 +31,8 @@ REPLACEMENT_RUNS = re.compile("\ufffd+")
 def readable(text: str) -> str:
     """`text` with every run of characters a font cannot draw (and of undecodable bytes,
     already U+FFFD) shown as one U+FFFD, instead of tofu boxes."""
+    if text.replace("\n", "").replace("\t", "").isprintable() and "\ufffd\ufffd" not in text:
+        return text  # the common case, at C speed
     marked = "".join(
         "\ufffd" if c not in "\n\t" and unicodedata.category(c) in UNDRAWABLE else c for c in text
     )
