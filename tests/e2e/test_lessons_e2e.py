@@ -50,12 +50,14 @@ def test_a_lesson_asks_first_then_shows_the_measured_answer(page, tmp_path):
         "() => document.querySelector('#pg-lesson-panel').textContent.includes('measured at')",
         timeout=180_000,
     )
-    text = panel.inner_text()  # the first verdict shown
+    text = panel.inner_text()
+    verdict = page.locator("#pg-lesson-panel .pg-lesson-m").inner_text()  # the first shown
     assert f"your guess: {answer}" in text and "right" in text and "was preempted" in text, text
     assert "See the chart Request timeline" in text  # the explanation comes after the verdict
     page.wait_for_function(f"() => ({COST})()", timeout=120_000)
     assert page.locator("#pg-plot-waiting .js-plotly-plot .main-svg").count() >= 1
-    assert panel.inner_text() == text  # the verdict never changes while the run goes on
+    # the verdict never changes while the run goes on
+    assert page.locator("#pg-lesson-panel .pg-lesson-m").inner_text() == verdict
     page.click("#pg-pause")  # a still picture: the cards stop changing
     _shot(page, "screenshot-lesson.png", tmp_path, "#pg-lesson-panel")
     for view in ("timeline", "waiting"):
