@@ -130,28 +130,20 @@ def _chunks_verdict(rid: str, seen, beside, step: int) -> Verdict:
 
 
 def pool_too_small(state: BoardState) -> Measuring | Verdict:
-    """kv_pressure: preempted (and back), refused, or just slow?"""
+    """kv_pressure: preempted, refused, or just slow? Settled by the first preemption (or
+    refusal), or by every first answer finishing without one."""
     snap, users = state.snapshot, set(_user_ids(state))
-    victim = None
     for rec in snap.steps:
-        for e in rec.events:
-            if victim is None and e.kind == "preempted":
-                victim = (e.request_id, rec)
-            elif victim and e.kind == "admitted" and e.request_id == victim[0]:
-                rid, at = victim
-                return verdict(
-                    "preempt", rec.step,
-                    "step {step}: {running} requests ran and {free} of {total} KV blocks "
-                    "were free when {request} was preempted (its blocks freed); it was "
-                    "admitted again at step {back}, {waited} steps later, and computed its "
-                    "tokens again.",
-                    step=at.step, running=at.num_running, free=at.kv_blocks_free,
-                    total=snap.kv_blocks_total, request=rid, back=rec.step,
-                    waited=rec.step - at.step,
-                )  # fmt: skip
-    if victim:
-        return Measuring(f"{victim[0]} was preempted at step {victim[1].step}: waiting for it "
-                         "to be admitted again")  # fmt: skip
+        victim = next((e.request_id for e in rec.events if e.kind == "preempted"), None)
+        if victim is not None:
+            return verdict(
+                "preempt", rec.step,
+                "step {step}: {running} requests ran and {free} of {total} KV blocks were "
+                "free when {request} was preempted: its blocks were freed and it went back "
+                "to the waiting queue, to compute its tokens again once readmitted.",
+                step=rec.step, running=rec.num_running, free=rec.kv_blocks_free,
+                total=snap.kv_blocks_total, request=victim,
+            )  # fmt: skip
     refused = [r for r in state.records if r.request_id in users and r.error and not r.stop_reason]
     if refused:
         return verdict("refuse", snap.step, "{refused} request(s) were refused, none preempted.",

@@ -88,15 +88,14 @@ def test_long_vs_short(real_driver):
 
 
 def test_kv_pressure(real_driver):
-    workload = _workload("kv_pressure", 4, 0.1)  # 4 answers of 16 tokens in 14 blocks
+    workload = _workload("kv_pressure", 4, 0.25)  # 4 answers of 40 tokens in 14 blocks
     first, fresh, final = _watch(real_driver, "kv_pressure", workload, num_kv_blocks=14)
     assert fresh == first and first.answer == "preempt"
     n = dict(first.numbers)
-    assert (n["step"], n["request"]) == next(
-        (s, e.request_id) for s, e in _events(final, "preempted")
-    )
-    back = [s for s, e in _events(final, "admitted") if e.request_id == n["request"]]
-    assert first.step == next(s for s in back if s > n["step"])
+    step, victim = next((s, e.request_id) for s, e in _events(final, "preempted"))
+    assert (first.step, n["request"]) == (step, victim)
+    at = next(s for s in final.snapshot.steps if s.step == step)
+    assert (n["running"], n["free"]) == (at.num_running, at.kv_blocks_free)
 
 
 def test_prefix_cache(real_driver):

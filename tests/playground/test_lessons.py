@@ -79,18 +79,17 @@ def test_long_vs_short_ends_once_a_long_prompt_is_prefilled_next_to_decoding_cha
     assert isinstance(_judge("long_vs_short", _board("x", snapshot(steps=short))), Measuring)
 
 
-def test_kv_pressure_ends_when_the_first_victim_is_back():
-    preempted, back = [("preempted", "req-7", "")], [("admitted", "req-7", "")]
-    steps = [step(1, running=8), step(2, running=8, free=0, events=preempted),
-             step(3, running=7), step(6, running=8, events=back)]  # fmt: skip
+def test_kv_pressure_ends_at_the_first_preemption():
+    preempted = [("preempted", "req-7", "")]
+    steps = [step(1, running=8), step(2, running=8, free=0, events=preempted), step(3)]
     found = _judge("kv_pressure", _board("kv_pressure", snapshot(steps=steps), _users()))
-    assert found.answer == "preempt" and found.step == 6
-    assert "step 2: 8 requests ran and 0 of 16 KV blocks" in found.words
-    assert "admitted again at step 6, 4 steps later" in found.words
-    waiting = _judge("kv_pressure", _board("kv_pressure", snapshot(steps=steps[:3]), _users()))
-    assert waiting == Measuring(
-        "req-7 was preempted at step 2: waiting for it to be admitted again"
-    )
+    assert found.answer == "preempt" and found.step == 2
+    assert found.words.startswith("step 2: 8 requests ran and 0 of 16 KV blocks were free when "
+                                  "req-7 was preempted")  # fmt: skip
+    later = snapshot(steps=[*steps, step(4, events=[("preempted", "req-6", "")])])
+    assert _judge("kv_pressure", _board("kv_pressure", later, _users())) == found
+    filling = _judge("kv_pressure", _board("kv_pressure", snapshot(steps=steps[:1]), _users()))
+    assert filling.progress.startswith("the pool is filling")
     done = [replace(r, finished=True, stop_reason="length") for r in _users()]
     slow = _judge("kv_pressure", _board("kv_pressure", snapshot(steps=steps[:1]), done))
     assert slow.answer == "slow"
