@@ -15,7 +15,7 @@ from playground.teaching.lessons import LESSONS, VerdictBook
 from playground.workload.scenarios import SCENARIOS
 from playground.workload.users import Workload
 
-MORE_STEPS = 12  # steps run after the first verdict, before the last look
+MORE_STEPS = 6  # steps run after the first verdict, before the last look
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +99,7 @@ def test_kv_pressure(real_driver):
 
 
 def test_prefix_cache(real_driver):
-    first, fresh, final = _watch(real_driver, "prefix_cache", _workload("prefix_cache", 6, 0.3))
+    first, fresh, final = _watch(real_driver, "prefix_cache", _workload("prefix_cache", 4, 0.3))
     assert fresh == first and first.answer == "most"
     n = dict(first.numbers)
     details = {}
