@@ -13,6 +13,7 @@ from jinja2 import TemplateError
 
 from engine import FieldError, SamplingParams, structured_output
 from engine.request_input import tokenize_prompt
+from playground.access.turns import stop_at_turns
 from playground.driver import EngineDriver
 from playground.handles import RequestHandle, RequestRejected, preview
 
@@ -98,4 +99,5 @@ def submit(
 def submit_text(driver: EngineDriver, text: str, params: SamplingParams, owner: str):
     """A visitor's text, sent as one user turn of a chat."""
     messages = [{"role": "user", "content": text}]
+    params = stop_at_turns(params, driver.tokenizer)  # the answer, not the next turn
     return submit(driver, messages, tokenize(driver, messages), params, owner)

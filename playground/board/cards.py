@@ -5,8 +5,11 @@ person or the model wrote goes through `esc()`.
 """
 
 import html
+import re
+import unicodedata
 
 from playground.board.state import BoardState
+from playground.driver.busy import ttft as busy_ttft
 from playground.handles import RequestRecord
 from playground.teaching.why import state_cost, waiting_label
 
@@ -18,6 +21,22 @@ USER_NOTES = {"arriving": "arriving soon", "thinking": "thinking…", "done": "d
 
 def esc(text) -> str:
     return html.escape(str(text), quote=True)
+
+
+# what a font cannot draw: controls (but newline and tab), private use, unassigned, surrogates
+UNDRAWABLE = frozenset(("Cc", "Co", "Cn", "Cs"))
+REPLACEMENT_RUNS = re.compile("\ufffd+")
+
+
+def readable(text: str) -> str:
+    """`text` with every run of characters a font cannot draw (and of undecodable bytes,
+    already U+FFFD) shown as one U+FFFD, instead of tofu boxes."""
+    if text.replace("\n", "").replace("\t", "").isprintable() and "\ufffd\ufffd" not in text:
+        return text  # the common case, at C speed
+    marked = "".join(
+        "\ufffd" if c not in "\n\t" and unicodedata.category(c) in UNDRAWABLE else c for c in text
+    )
+    return REPLACEMENT_RUNS.sub("\ufffd", marked)
 
 
 def visitor_owner(session_hash: str | None) -> str:
@@ -93,6 +112,7 @@ def render_card(
     text = record.text
     if len(text) > MAX_CARD_CHARS:
         text = "…" + text[-MAX_CARD_CHARS:]
+    text = readable(text)
     if record.logprobs and mine:
         text_html = token_spans(record)
     else:
@@ -100,7 +120,8 @@ def render_card(
     cursor = '<span class="pg-cursor"></span>' if live_status == "running" else ""
     if record.error and (record.stop_reason is None or not record.text):
         text_html = f'<span class="pg-error">{esc(record.error)}</span>'
-    ttft = f" · TTFT {record.ttft * 1000:.0f} ms" if record.ttft is not None else ""
+    first = busy_ttft(live) if live is not None else None  # engine-busy s: pauses left out
+    ttft = f" · TTFT {first * 1000:.0f} ms" if first is not None else ""
     foot = f"{record.num_output_tokens} tokens{ttft}" + (f" · {esc(note)}" if note else "")
     cost = state_cost(live) if live is not None else ""
     cost_html = f'<div class="pg-cost">⟲ {esc(cost)}</div>' if cost else ""

@@ -20,7 +20,8 @@ class LaneStats:
 
 @dataclass(frozen=True, slots=True)
 class BoardState:
-    """Everything the board draws; immutable, replaced by the driver thread."""
+    """Everything the board draws; immutable, replaced by the driver thread. The snapshots'
+    times are engine-busy seconds (playground/driver/busy.py): a pause is nobody's loss."""
 
     version: int
     lanes: tuple[str, ...]
@@ -34,6 +35,7 @@ class BoardState:
     clock: float  # run clock (seconds not paused since the last reset)
     details: dict[str, RequestDetail] = field(default_factory=dict)  # watched requests
     paused_until: float | None = None  # monotonic s when the pause ends by itself
+    run: int = 0  # one more with every reset: which run the board shows
 
     @property
     def snapshot(self) -> EngineSnapshot:

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from engine import EngineConfig, LLMEngine, RequestOutput, StopReason
 from playground.access.limits import in_flight_error
+from playground.access.turns import stop_at_turns
 from playground.driver.clock import RunClock, StepCounter
 from playground.driver.inbox import Inbox
 from playground.driver.lanes import MAIN_LANE, Lane, Lanes
@@ -149,20 +150,24 @@ class DriverLoop:
 
     def _remember(self):
         """After a step of the first lane: the engine as it is now, for the run's record; that
-        snapshot (None if the lane has not stepped since), for the BoardState to reuse."""
+        snapshot on the busy clock (None if the lane has not stepped since), for the
+        BoardState and the rewind to show."""
         lane = self.lanes.first
         if lane.num_steps == self._remembered:
             return None
         self._remembered = lane.num_steps
         snap = lane.engine.snapshot()
+        self.trace.record(snap)  # the trace keeps the engine's own (wall) times
+        snap = self.publisher.on_busy_clock(lane.name, snap)
         self.history.record(snap, self.workload.views() if self.workload is not None else ())
-        self.trace.record(snap)
         return snap
 
     def _submit_from_workload(self, prompt, params, owner: str, priority: int = 0,
                               label: str | None = None) -> str:  # fmt: skip
         rid = self.next_id()
         label = preview(prompt) if label is None else label
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):  # a chat
+            params = stop_at_turns(params, getattr(self.lanes.first.engine, "tokenizer", None))
         try:
             self.add_request(rid, owner, prompt, label, params, priority, None)
         except RequestRejected:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from engine import EngineSnapshot, RequestDetail
 from playground.board.state import BoardState
+from playground.driver.busy import BusyTime
 from playground.driver.clock import RunClock
 from playground.driver.lanes import Lanes
 from playground.handles import Ledger
@@ -29,6 +30,8 @@ class Publisher:
         self._watched: OrderedDict[str, None] = OrderedDict()  # most recently watched last
         self._details: dict[str, RequestDetail] = {}
         self._stale: set[str] = set()  # watched requests that got outputs since
+        self.run = 0  # which run since the driver started: one more with every reset
+        self._busy: dict[str, BusyTime] = {}  # lane name -> its snapshots on the busy clock
 
     def watch(self, request_id: str, inspect: Inspect) -> RequestDetail | None:
         """Keep `request_id`'s detail fresh from now on; its detail as of now."""
@@ -46,16 +49,23 @@ class Publisher:
             self._stale.add(request_id)
 
     def forget(self) -> None:
-        """The engines were replaced: nothing is watched any more."""
+        """The engines were replaced: a new run, nothing is watched any more."""
+        self.run += 1
+        self._busy.clear()
         self._watched.clear()
         self._details.clear()
         self._stale.clear()
 
+    def on_busy_clock(self, lane: str, snap: EngineSnapshot) -> EngineSnapshot:
+        """A lane's snapshot as the board shows it: on the engine-busy clock (busy.py)."""
+        return self._busy.setdefault(lane, BusyTime()).convert(snap)
+
     def publish(self, force: bool, lanes: Lanes, ledger: Ledger, workload, clock: RunClock,
                 first: EngineSnapshot | None = None):  # fmt: skip
         """A new BoardState if something changed and PUBLISH_INTERVAL has passed (or force).
-        `first`: the first lane's snapshot of this moment, if the caller took it already (a
-        snapshot of 64 running requests takes half a millisecond, once a step is enough)."""
+        `first`: the first lane's snapshot of this moment on the busy clock, if the caller
+        took it already (a snapshot of 64 running requests takes half a millisecond, once a
+        step is enough)."""
         now = time.monotonic()
         if not force and (not self.dirty or now - self._last < PUBLISH_INTERVAL):
             return
@@ -69,7 +79,9 @@ class Publisher:
             version=self._version,
             lanes=tuple(lane.name for lane in lanes.all),
             snapshots={
-                lane.name: taken.get(lane.name) or lane.engine.snapshot() for lane in lanes.all
+                lane.name: taken.get(lane.name)
+                or self.on_busy_clock(lane.name, lane.engine.snapshot())
+                for lane in lanes.all
             },
             stats={lane.name: lane.stats() for lane in lanes.all},
             records=ledger.records(),
@@ -80,6 +92,7 @@ class Publisher:
             pace=clock.pace,
             clock=clock.now(),
             details=dict(self._details),
+            run=self.run,
         )
         self.dirty, self._last = False, now
 

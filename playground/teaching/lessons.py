@@ -1,23 +1,36 @@
-"""Lessons that ask before they show: each preset opens with a question and two or three
-answers; the visitor picks one, the run plays, and the measured answer appears next to the
-guess.
+"""Lessons that ask before they show: each preset opens with a question, two or three answers
+and what will run; the visitor picks one, the run plays, and once the lesson's evidence is
+complete (evidence.py) the measured answer appears next to the guess, names the step it was
+measured at, never changes, and explains what happened, pointing at the chart that shows it.
 
-A lesson's `measure` is a pure function of a BoardState: the right answer's key and the
-numbers behind it, or None for the key while the run has not shown enough yet (the text then
-says how far it got). The board keeps each session's lesson and guess in gr.State.
+The first verdict of each run is latched in a VerdictBook that every viewer shares (a run is
+the driver's reset generation, BoardState.run), so all viewers read the same verdict, and a
+board reset or a newer run cannot change it. A run that ends, or is reset, before the
+evidence is complete is inconclusive, and says why. The board keeps each session's lesson,
+guess and run in gr.State.
 """
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from playground.board.cards import badge, esc
 from playground.board.state import BoardState
+from playground.teaching import evidence as ev
+from playground.teaching.evidence import Measuring, Verdict
+from playground.workload.scenarios import SCENARIOS
+
+MAX_LATCHED = 64  # runs whose verdicts are kept
 
 
 @dataclass(frozen=True, slots=True)
-class Measured:
-    answer: str | None  # the key of the right answer; None: not measured yet
-    text: str  # what the run measured (or how far it got)
+class Inconclusive:
+    why: str
+
+
+Result = Measuring | Verdict | Inconclusive
 
 
 @dataclass(frozen=True)
@@ -25,124 +38,62 @@ class Lesson:
     scenario: str  # the preset it opens
     question: str
     answers: tuple[tuple[str, str], ...]  # (key, text), two or three
-    measure: Callable[[BoardState], Measured]
+    evidence: Callable[[BoardState], Measuring | Verdict]
+    explanation: str  # shown after the verdict
+    chart: str  # the title of the chart that shows it
 
     def answer_text(self, key: str | None) -> str:
         return dict(self.answers).get(key, "")
 
 
-def _user_records(state: BoardState):
-    return [r for r in state.records if (r.owner or "").startswith("user:")]
+class VerdictBook:
+    """The first verdict of each (run, lesson), shared by every viewer; the last progress of
+    the ones still measuring, to say what was missing if the run ends."""
+
+    def __init__(self, size: int = MAX_LATCHED):
+        self.size = size
+        self._verdicts: OrderedDict[tuple[int, str], Verdict] = OrderedDict()
+        self._progress: OrderedDict[tuple[int, str], str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def result(self, lesson: Lesson, state: BoardState, run: int) -> Result:
+        key = (run, lesson.scenario)
+        with self._lock:
+            if (latched := self._verdicts.get(key)) is not None:
+                return latched
+            progress = self._progress.get(key, "nothing measured yet")
+        if state.run != run or state.workload != lesson.scenario:
+            return Inconclusive(f"the board was reset before the evidence was complete "
+                                f"(it was at: {progress}).")  # fmt: skip
+        found = lesson.evidence(state)
+        if isinstance(found, Verdict):
+            with self._lock:
+                found = self._verdicts.setdefault(key, found)  # a racing viewer's stays
+                self._trim(self._verdicts)
+            return found
+        if run_over(state):
+            return Inconclusive(f"the run ended before the evidence was complete: "
+                                f"{found.progress}.")  # fmt: skip
+        with self._lock:
+            self._progress[key] = found.progress
+            self._trim(self._progress)
+        return found
+
+    def _trim(self, book: OrderedDict) -> None:
+        while len(book) > self.size:
+            book.popitem(last=False)
 
 
-def _steps_to_admit_everyone(state: BoardState) -> Measured:
-    """chat_burst: steps from the first until every user's first request was admitted."""
-    first = {}
-    for r in _user_records(state):
-        first.setdefault(r.owner, r.request_id)
-    wanted, admitted, steps = set(first.values()), set(), state.snapshot.steps
-    if not steps or not wanted:
-        return Measured(None, "waiting for the first step…")
-    for rec in steps:
-        admitted |= {e.request_id for e in rec.events if e.kind == "admitted"} & wanted
-        if len(admitted) == len(wanted) == len(state.users):
-            n = rec.step - steps[0].step + 1
-            key = "few" if n <= 2 else "one_each" if n <= len(wanted) + 2 else "serial"
-            return Measured(key, f"all {len(wanted)} users were running after {n} step"
-                            f"{'s' * (n > 1)} (step {rec.step}).")  # fmt: skip
-    return Measured(None, f"{len(admitted)} of {len(state.users)} users admitted so far…")
+VERDICTS = VerdictBook()
 
 
-def _chunks_next_to_decodes(state: BoardState) -> Measured:
-    """long_vs_short: did decodes run in the steps that carried a long prompt's chunks?"""
-    chunked, prefilled, together, most = set(), set(), 0, 0
-    for rec in state.snapshot.steps:
-        chunks = {e.request_id for e in rec.events if e.kind == "prefill_chunk"}
-        chunked |= chunks
-        prefilled |= {e.request_id for e in rec.events if e.kind == "prefill_done"} & chunked
-        if chunks and rec.num_decode_tokens:
-            together += 1
-            most = max(most, rec.num_decode_tokens)
-    if together:
-        return Measured("together", f"in {together} steps a prompt chunk ran next to decodes "
-                        f"(up to {most} decoding in one step).")  # fmt: skip
-    if len(prefilled) >= 2:
-        return Measured("stall", f"{len(prefilled)} long prompts were prefilled in chunks with "
-                        "nothing decoding next to them.")  # fmt: skip
-    return Measured(None, "waiting for a long prompt to be prefilled in chunks…")
-
-
-def _preemption_cost(state: BoardState) -> Measured:
-    """kv_pressure: preempted, refused or slowed down?"""
-    t = state.snapshot.totals
-    refused = sum(1 for r in state.records if r.error and r.stop_reason is None)
-    if t.num_preemptions:
-        return Measured("preempt", f"{t.num_preemptions} preemptions, {t.num_recomputed_tokens} "
-                        f"tokens recomputed, +{t.preemption_time_lost:.1f} s lost; {refused} "
-                        "refused.")  # fmt: skip
-    done = sum(r.finished for r in _user_records(state))
-    if state.users and done >= len(state.users):
-        return Measured("slow", f"{done} answers finished without a preemption.")
-    return Measured(None, "the pool is filling…")
-
-
-def _prefix_share(state: BoardState) -> Measured:
-    """prefix_cache: the share of prompt tokens of finished requests the cache served."""
-    done = [r for r in state.snapshot.requests if r.status == "finished" and r.num_prompt_tokens]
-    wanted = max(1, len(state.users))
-    if len(done) < wanted:
-        return Measured(None, f"{len(done)} of {wanted} requests finished…")
-    cached = sum(r.num_cached_tokens for r in done)
-    prompt = sum(r.num_prompt_tokens for r in done)
-    share = cached / prompt
-    key = "none" if share < 0.1 else "some" if share <= 0.5 else "most"
-    return Measured(key, f"{cached} of {prompt} prompt tokens ({share:.0%}) came from the "
-                    f"prefix cache over {len(done)} requests.")  # fmt: skip
-
-
-def _speedup(state: BoardState) -> Measured:
-    """static_vs_continuous: how much sooner continuous finished the workload."""
-    if not state.compare:
-        return Measured(None, "not in compare mode.")
-    stats = [state.stats[lane] for lane in state.lanes[:2]]
-    if not all(s.num_submitted and s.num_finished == s.num_submitted for s in stats):
-        progress = ", ".join(f"{s.name} {s.num_finished}/{s.num_submitted}" for s in stats)
-        return Measured(None, f"running: {progress}…")
-    cont, static = (s.finish_busy_s for s in stats)
-    ratio = static / cont if cont else 0.0
-    key = "same" if ratio < 1.2 else "bit" if ratio <= 1.5 else "lot"
-    return Measured(key, f"continuous finished in {cont:.2f} s of engine time, static in "
-                    f"{static:.2f} s: {ratio:.2f}x.")  # fmt: skip
-
-
-def _vip_wait(state: BoardState) -> Measured:
-    """vip_users: did the VIPs (priority 0) wait as long as the regulars for a seat?"""
-    users = [r for r in state.snapshot.requests if r.arrival is not None]
-    vips = [r for r in users if r.priority == 0 and r.first_scheduled is not None]
-    regulars = [r for r in users if r.priority > 0 and r.first_scheduled is not None]
-    if len(vips) < 2 or not regulars:
-        return Measured(None, f"{len(vips)} of 2 VIPs admitted so far…")
-    vip = sum(r.first_scheduled - r.arrival for r in vips) / len(vips)
-    regular = sum(r.first_scheduled - r.arrival for r in regulars) / len(regulars)
-    preempted = state.snapshot.totals.num_preemptions
-    key = "preempt" if preempted and vip < regular else "queue"
-    return Measured(key, f"the VIPs waited {vip:.1f} s for a seat on average, the regulars "
-                    f"{regular:.1f} s; {preempted} preemptions.")  # fmt: skip
-
-
-def _beam_forks(state: BoardState) -> Measured:
-    """beam_search: do the beams copy their prompt's blocks, or share them?"""
-    forked = pruned = 0
-    for rec in state.snapshot.steps:
-        for e in rec.events:
-            if e.kind == "beams":
-                forked += e.detail.count("forked")
-                pruned += e.detail.count("pruned")
-    if not forked:
-        return Measured(None, "waiting for the first beams to fork…")
-    return Measured("shared", f"{forked} beams forked from a parent, each sharing its full KV "
-                    f"blocks (copy-on-write for the partly filled last one); {pruned} prunings "
-                    "freed their blocks at once.")  # fmt: skip
+def run_over(state: BoardState) -> bool:
+    """Every simulated user is done and no lane has anything left to run."""
+    return (
+        bool(state.users)
+        and all(u.state == "done" for u in state.users)
+        and all(s.num_waiting == s.num_running == 0 for s in state.snapshots.values())
+    )
 
 
 LESSONS: dict[str, Lesson] = {
@@ -157,17 +108,26 @@ LESSONS: dict[str, Lesson] = {
                 ("one_each", "about one step per user"),
                 ("serial", "more: each waits for the one before to finish"),
             ),
-            _steps_to_admit_everyone,
+            ev.admit_everyone,
+            "Continuous batching admits every waiting request whose prompt fits the step's "
+            "token budget, so the queue drains in as few steps as the budget allows; then "
+            "each user leaves the batch at its own step (short answers first, cancellations "
+            "at once) while the others keep decoding.",
+            "Queues over time",
         ),  # fmt: skip
         Lesson(
             "long_vs_short",
-            "A user pastes a long passage while others chat. While its prompt is prefilled, "
-            "do the short chats keep decoding?",
+            "Two users paste a long passage while four others chat. While a long prompt is "
+            "prefilled, do the chats keep decoding?",
             (
                 ("stall", "no: they pause until the long prompt is done"),
                 ("together", "yes: they decode in the same steps"),
             ),
-            _chunks_next_to_decodes,
+            ev.decodes_beside_chunks,
+            "Chunked prefill cuts a prompt longer than the token budget into chunks over "
+            "several steps, and each step first gives the running chats their decode tokens: "
+            "the prefill (purple) and the decodes (blue) share the same bars.",
+            "Tokens per step",
         ),  # fmt: skip
         Lesson(
             "kv_pressure",
@@ -178,14 +138,23 @@ LESSONS: dict[str, Lesson] = {
                 ("preempt", "some running requests are preempted and recomputed later"),
                 ("slow", "every request just slows down a little"),
             ),
-            _preemption_cost,
+            ev.pool_too_small,
+            "When a running request needs a new block and none is free, the scheduler "
+            "preempts the newest running request: its blocks are freed, it goes back to the "
+            "front of the queue and computes its tokens again once admitted. The red marks "
+            "and the victims' cards show what it cost.",
+            "Request timeline",
         ),  # fmt: skip
         Lesson(
             "prefix_cache",
             "Every request starts with the same long system prompt. How many of the prompt "
             "tokens will the prefix cache save?",
             (("none", "under 10 %"), ("some", "10 to 50 %"), ("most", "over 50 %")),
-            _prefix_share,
+            ev.cache_share,
+            "The first request computes the system prompt; its full KV blocks stay in the "
+            "prefix cache, and every later request with the same prefix finds them there: "
+            "only its own question is prefilled (the short prefill bars).",
+            "Tokens per step",
         ),
         Lesson(
             "vip_users",
@@ -195,7 +164,12 @@ LESSONS: dict[str, Lesson] = {
                 ("queue", "as long as the regulars: they queue behind them"),
                 ("preempt", "hardly: each preempts a running regular and starts at once"),
             ),
-            _vip_wait,
+            partial(ev.vip_seats, num_vips=2),
+            "Under scheduling_policy='priority' a waiting request with a better priority "
+            "preempts the running request with the largest (priority, arrival): the VIPs "
+            "take seats at once and the preempted regulars wait again (their cards say how "
+            "long).",
+            "Request timeline",
         ),  # fmt: skip
         Lesson(
             "beam_search",
@@ -203,9 +177,13 @@ LESSONS: dict[str, Lesson] = {
             "prompt's KV blocks?",
             (
                 ("copies", "yes: 4 beams, 4 copies of the prompt"),
-                ("shared", "no: forks share the full blocks and copy only the last one"),
+                ("shared", "no: they share blocks"),
             ),
-            _beam_forks,
+            ev.beam_blocks,
+            "A beam is forked from its parent: it points at the parent's full KV blocks "
+            "(dark cells: shared) and copies only the partly filled last one when it writes "
+            "to it (orange: copy-on-write); a pruned beam gives its blocks back at once.",
+            "KV blocks",
         ),  # fmt: skip
         Lesson(
             "static_vs_continuous",
@@ -216,15 +194,28 @@ LESSONS: dict[str, Lesson] = {
                 ("bit", "1.2x to 1.5x faster"),
                 ("lot", "more than 1.5x faster"),
             ),
-            _speedup,
+            ev.speedup,
+            "Static batching admits a new batch only when the whole batch is done, so short "
+            "answers hold their seats until the longest one finishes; continuous batching "
+            "refills a seat in the step it frees.",
+            "Queues over time (static and continuous)",
         ),  # fmt: skip
     )
 }
 
 
-def render_lesson(state: BoardState, key: str | None, guess: str | None) -> str:
-    """The question, the visitor's guess and, once measured, the answer next to it.
-    `guess`: an answer's key, "" when the visitor skipped the question, None before."""
+def what_runs(key: str) -> str:
+    """The preset's users and its engine knobs, in words (no answer in them)."""
+    sc = SCENARIOS[key]
+    knobs = ", ".join(f"{k} {v}" for k, v in sc.engine_overrides.items())
+    return f"{sc.what_to_watch} Knobs: {knobs}." if knobs else sc.what_to_watch
+
+
+def render_lesson(state: BoardState, key: str | None, guess: str | None, run: int | None = None,
+                  book: VerdictBook = VERDICTS) -> str:  # fmt: skip
+    """The question and what will run; after the guess, what the run measured next to it.
+    `guess`: an answer's key, "" when the visitor skipped the question, None before; `run`:
+    the run the answer started (default: the board's)."""
     lesson = LESSONS.get(key) if key else None
     if lesson is None:
         return (
@@ -234,22 +225,28 @@ def render_lesson(state: BoardState, key: str | None, guess: str | None) -> str:
         )
     head = f'<div class="pg-lesson-q"><span class="pg-q">?</span> {esc(lesson.question)}</div>'
     if guess is None:
+        runs = f'<div class="pg-lesson-runs">{esc(what_runs(lesson.scenario))}</div>'
         pick = '<div class="pg-muted">Pick an answer: the run starts when you do.</div>'
-        return f'<div class="pg-lesson">{head}{pick}</div>'
-    if state.workload != lesson.scenario:
-        measured = Measured(None, "the board runs another workload now.")
-    else:
-        measured = lesson.measure(state)
+        return f'<div class="pg-lesson">{head}{runs}{pick}</div>'
+    found = book.result(lesson, state, state.run if run is None else run)
     said = f"your guess: <b>{esc(lesson.answer_text(guess))}</b>" if guess else "no guess"
     you = f'<div class="pg-lesson-you">{said}</div>'
-    if measured.answer is None:
-        verdict = f'<div class="pg-lesson-m pg-muted">measuring: {esc(measured.text)}</div>'
-    else:
-        right = measured.answer == guess
-        mark = badge("right" if right else "not quite", "finished" if right else "error")
-        mark = mark if guess else ""
-        verdict = (
-            f'<div class="pg-lesson-m">{mark} measured: <b>'
-            f"{esc(lesson.answer_text(measured.answer))}</b>: {esc(measured.text)}</div>"
-        )
-    return f'<div class="pg-lesson pg-lesson-answered">{head}{you}{verdict}</div>'
+    body = _result(lesson, found, guess)
+    return f'<div class="pg-lesson pg-lesson-answered">{head}{you}{body}</div>'
+
+
+def _result(lesson: Lesson, found: Result, guess: str) -> str:
+    if isinstance(found, Measuring):
+        return f'<div class="pg-lesson-m pg-muted">measuring: {esc(found.progress)}…</div>'
+    if isinstance(found, Inconclusive):
+        return f'<div class="pg-lesson-m">{badge("inconclusive", "waiting")} {esc(found.why)}</div>'
+    right = found.answer == guess
+    mark = (
+        badge("right" if right else "not quite", "finished" if right else "error") if guess else ""
+    )
+    return (
+        f'<div class="pg-lesson-m">{mark} measured at step {found.step}: '
+        f"<b>{esc(lesson.answer_text(found.answer))}</b>: {esc(found.words)}</div>"
+        f'<div class="pg-lesson-why">{esc(lesson.explanation)} '
+        f'<span class="pg-muted">See the chart <b>{esc(lesson.chart)}</b>.</span></div>'
+    )

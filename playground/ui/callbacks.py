@@ -246,9 +246,10 @@ class BoardCallbacks:
         answers = LESSONS[key].answers
         guess = answers[index][0] if 0 <= index < len(answers) else ""
         started = self._start_preset(key)
-        lesson = {"key": key, "guess": guess}
+        state = self.driver.state()  # the fresh run's: its verdict is this lesson's
+        lesson = {"key": key, "guess": guess, "run": state.run}
         hidden = [gr.Button(visible=False)] * (MAX_ANSWERS + 1)
-        return [*started, lesson, render_lesson(self.driver.state(), key, guess), *hidden]
+        return [*started, lesson, render_lesson(state, key, guess, state.run), *hidden]
 
     def refresh_story(self, _version, lesson: dict | None):
         """With the charts: this session's lesson, the stop reasons read aloud, and the
@@ -256,7 +257,7 @@ class BoardCallbacks:
         state = self.driver.state()
         lesson = lesson or {}
         return [
-            render_lesson(state, lesson.get("key"), lesson.get("guess")),
+            render_lesson(state, lesson.get("key"), lesson.get("guess"), lesson.get("run")),
             render_stop_panel(state.snapshot),
             gr.Column(visible=state.compare),
         ]

@@ -1,6 +1,6 @@
-"""The sections that tell the run's story: the lesson (a preset's question, the visitor's
-guess, the measured answer), the static-vs-continuous comparison as the main view in compare
-mode, and the stop reasons read aloud under the charts."""
+"""The sections that tell the run's story: the lesson (a preset's question, what will run,
+the visitor's guess, then the measured answer and why), the static-vs-continuous comparison
+as the main view in compare mode, and the stop reasons read aloud under the charts."""
 
 from dataclasses import dataclass
 
@@ -14,7 +14,8 @@ MAX_ANSWERS = 3  # a lesson offers two or three
 
 @dataclass(frozen=True)
 class LessonSection:
-    lesson: gr.State  # {"key": preset, "guess": answer key, "" skipped, None not yet}
+    # {"key": preset, "guess": answer key, "" skipped, None not yet; "run": the run it started}
+    lesson: gr.State
     panel: gr.HTML
     answers: tuple[gr.Button, ...]
     skip: gr.Button

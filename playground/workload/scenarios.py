@@ -15,7 +15,8 @@ from playground.workload.users import UserProfile, Workload, make_arrival, make_
 class Scenario:
     key: str
     title: str
-    what_to_watch: str  # one or two sentences shown next to the controls
+    what_to_watch: str  # what runs (users, arrivals), shown next to the controls and the
+    # lesson's question: never the answer (the lesson explains after its verdict)
     users: list[UserProfile] | UserProfile  # templates, cycled over num_users
     num_users: int = 8
     arrival: str = "all at once"  # see users.ARRIVALS
@@ -62,7 +63,14 @@ class Scenario:
 
 
 _chatty = UserProfile("", "", pool="chat", max_tokens=64, think_time=(1.0, 4.0), cancel_after=10)
-_reader = UserProfile("", "", pool="long", max_tokens=48, think_time=(2.0, 5.0))
+# chat burst: answers of different lengths, so users leave the batch at different steps
+_bursty = [replace(_chatty, max_tokens=m) for m in (24, 96, 40, 64, 16, 80, 32, 48)]
+# long vs short: each reader pastes a different passage, once the chats are decoding
+_readers = [
+    UserProfile("", "", pool="long", max_tokens=48, think_time=(2.0, 5.0), prompt_index=i,
+                arrives_after=1.0)
+    for i in range(2)
+]  # fmt: skip
 _patron = UserProfile(
     "", "", pool="library_questions", system_prompt="system_prompt", max_tokens=40,
     think_time=(0.5, 2.0),
@@ -85,10 +93,10 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             key="chat_burst",
             title="Chat burst",
-            what_to_watch="Everyone asks at once. Watch the waiting queue drain into the running "
-            "batch in one or two steps, then each user leave as soon as it is done (one in four "
-            "cancels on purpose after a few tokens).",
-            users=_chatty,
+            what_to_watch="Eight chat users send their first question at the same moment; their "
+            "answers are 16 to 96 tokens long, and one in four cancels on purpose after a few "
+            "tokens. Each asks again after a short pause.",
+            users=_bursty,
             num_users=8,
             cancel_fraction=0.25,
             engine_overrides={"max_num_seqs": 16, "max_num_batched_tokens": 256},
@@ -96,22 +104,22 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             key="long_vs_short",
             title="Long prompts next to short ones",
-            what_to_watch="Two users paste a long passage. With chunked prefill its prompt is "
-            "cut into budget-sized chunks over several steps (purple), while the short chats keep "
-            "decoding (blue) in the same steps instead of stalling.",
-            users=[_reader, _chatty, _chatty, _chatty],
+            what_to_watch="Four users chat; a second later two users each paste a different "
+            "long passage (about 280 tokens, more than a step's token budget). Prefix caching "
+            "is off, so every prompt token is computed.",
+            users=[_chatty] * 4 + _readers,
             num_users=6,
-            arrival="poisson",
-            arrival_rate=1.5,
-            engine_overrides={"max_num_seqs": 16, "max_num_batched_tokens": 96},
+            engine_overrides={
+                "max_num_seqs": 16,
+                "max_num_batched_tokens": 96,
+                "enable_prefix_caching": False,
+            },  # fmt: skip
         ),
         Scenario(
             key="kv_pressure",
             title="KV pressure: preemption",
-            what_to_watch="Only 40 KV blocks of 16 tokens for 8 long answers. As sequences grow "
-            "the pool fills, the newest running request is preempted (its blocks freed, back to "
-            "the front of the queue) and recomputed later: red marks on the timeline, and on "
-            "the victim's card and bar what it cost (tokens recomputed, seconds lost).",
+            what_to_watch="Eight users each want a 160-token answer (fixed length) at once, from a "
+            "pool of only 40 KV blocks of 16 tokens.",
             users=UserProfile(
                 "", "", pool="chat", max_tokens=160, ignore_eos=True, think_time=(1.0, 2.0)
             ),  # fmt: skip
@@ -126,9 +134,8 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             key="prefix_cache",
             title="Shared system prompt: prefix cache",
-            what_to_watch="Every request starts with the same long library system prompt. After "
-            "the first one, its full KV blocks are found in the prefix cache: look at the cached "
-            "tokens in the stats and the inspector, and the short prefill bars.",
+            what_to_watch="Eight users ask library questions, every one behind the same long "
+            "system prompt; they arrive about two a second. Prefix caching is on.",
             users=_patron,
             num_users=8,
             arrival="poisson",
@@ -142,10 +149,9 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             key="vip_users",
             title="VIP users: priority scheduling",
-            what_to_watch="Eight regular users (priority 1) fill the four seats and the queue; "
-            "two seconds later two VIPs (priority 0) arrive. Under scheduling_policy='priority' "
-            "each VIP preempts the running regular with the largest (priority, arrival) and "
-            "starts at once; the regulars wait longer: see their waiting times on the cards.",
+            what_to_watch="Eight regular users (priority 1) ask for 96-token answers with 4 "
+            "seats; two seconds later two VIPs (priority 0) ask too. The waiting queue is "
+            "ordered by priority.",
             users=[_regular] * 8 + [_vip] * 2,
             num_users=10,
             engine_overrides={
@@ -157,12 +163,9 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             key="beam_search",
             title="Beam search: shared blocks",
-            what_to_watch="Three users ask for beam search (4 beams each) next to three chats. "
-            "Each beam is a sequence forked from its parent: it shares every full KV block "
-            "(dark cells in the block map) and copies only the partly filled last one "
-            "(orange); the step log says which beams forked and which were pruned (their "
-            "blocks freed at once), each beam user's card lists its live beams, and the "
-            "inspector draws a beam request's tree.",
+            what_to_watch="Three users ask for beam search (4 beams each) next to three chat "
+            "users; KV blocks hold 8 tokens. The KV block map, the step log, the cards and "
+            "the inspector show the beams.",
             users=[_beamer, _chatty],
             num_users=6,
             engine_overrides={
@@ -175,9 +178,9 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             key="static_vs_continuous",
             title="Static vs continuous",
-            what_to_watch="The same 16 requests (8 to 96 tokens) run through two engines that "
-            "share one set of weights. Static batching admits a new batch only when the whole "
-            "batch is done, so short answers wait for the longest; continuous refills every step.",
+            what_to_watch="The same 16 requests (8 to 96 tokens, fixed lengths) run "
+            "through two engines side by side that share one set of weights, one with "
+            "static batching, one with continuous.",
             users=_fixed,
             num_users=16,
             engine_overrides={"max_num_seqs": 6, "max_num_batched_tokens": 256},

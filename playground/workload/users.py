@@ -61,9 +61,15 @@ class UserProfile:
     priority: int = 0  # lower runs first, on an engine with scheduling_policy="priority"
     beam_width: int = 1  # >= 2: beam search (greedy, the best beam returned)
     arrives_after: float = 0.0  # seconds added to the arrival process's first time
+    prompt_index: int | None = None  # always this entry of the pool (None: a random one)
 
     def make_prompt(self, rng: random.Random) -> list[dict]:
-        messages = [{"role": "user", "content": rng.choice(load_pool(self.pool))}]
+        pool = load_pool(self.pool)
+        if self.prompt_index is None:
+            content = rng.choice(pool)
+        else:
+            content = pool[self.prompt_index % len(pool)]
+        messages = [{"role": "user", "content": content}]
         if self.system_prompt:
             messages.insert(0, {"role": "system", "content": load_text(self.system_prompt)})
         return messages

@@ -1,5 +1,6 @@
-"""End to end, in chromium: a preset asks before it shows, the run plays after the answer and
-the measured answer appears next to the guess; a waiting card names why it waits and a
+"""End to end, in chromium: a preset asks before it shows (the question and what will run, not
+the answer), the run plays after the answer and the first verdict shown, with the step it
+was measured at and the explanation, stays as it is; a waiting card names why it waits and a
 victim's card what preemption cost it; compare mode is the main view. With
 PLAYGROUND_UPDATE_SCREENSHOT=1 the README's pictures of these views are retaken."""
 
@@ -31,7 +32,9 @@ def test_a_lesson_asks_first_then_shows_the_measured_answer(page, tmp_path):
     page.get_by_role("button", name="KV pressure: preemption").click()
     page.wait_for_selector("#pg-answer-1", state="visible", timeout=30_000)
     panel = page.locator("#pg-lesson-panel")
-    assert "What happens when the cache is too small?" in panel.inner_text()
+    asked = panel.inner_text()
+    assert "What happens when the cache is too small?" in asked and "Knobs:" in asked
+    assert "preempted" not in asked  # what will run, not the answer
     time.sleep(2)  # nothing runs before the visitor answers
     assert page.locator("#pg-stats .pg-tile-v").first.inner_text() == "0"  # the step tile
     answer = page.locator("#pg-answer-1").inner_text()
@@ -42,14 +45,19 @@ def test_a_lesson_asks_first_then_shows_the_measured_answer(page, tmp_path):
         "token budget spent", "no free KV blocks", "max_num_seqs reached",
         "preempted, recompute pending", "waiting-queue order",
     }, reason  # fmt: skip
+    assert "measuring:" in panel.inner_text() or "measured at step" in panel.inner_text()
     page.wait_for_function(
-        "() => document.querySelector('#pg-lesson-panel').textContent.includes('measured:')",
+        "() => document.querySelector('#pg-lesson-panel').textContent.includes('measured at')",
         timeout=180_000,
     )
     text = panel.inner_text()
-    assert f"your guess: {answer}" in text and "right" in text and "preemptions" in text, text
+    verdict = page.locator("#pg-lesson-panel .pg-lesson-m").inner_text()  # the first shown
+    assert f"your guess: {answer}" in text and "right" in text and "was preempted" in text, text
+    assert "See the chart Request timeline" in text  # the explanation comes after the verdict
     page.wait_for_function(f"() => ({COST})()", timeout=120_000)
     assert page.locator("#pg-plot-waiting .js-plotly-plot .main-svg").count() >= 1
+    # the verdict never changes while the run goes on
+    assert page.locator("#pg-lesson-panel .pg-lesson-m").inner_text() == verdict
     page.click("#pg-pause")  # a still picture: the cards stop changing
     _shot(page, "screenshot-lesson.png", tmp_path, "#pg-lesson-panel")
     for view in ("timeline", "waiting"):

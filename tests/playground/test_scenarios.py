@@ -126,6 +126,25 @@ def test_presets_show_what_they_promise():
     assert {u.profile.pool for u in long_short.users} == {"long", "chat"}
 
 
+def test_each_workload_is_built_for_its_lesson():
+    burst = SCENARIOS["chat_burst"].workload(seed=0)
+    lengths = [u.profile.max_tokens for u in burst.users]
+    assert len(set(lengths)) == len(lengths)  # users leave the batch at different steps
+    sc = SCENARIOS["long_vs_short"]
+    assert sc.engine_overrides["enable_prefix_caching"] is False  # no accidental cache hit
+    w, fake = sc.workload(seed=0), FakeDriver()
+    w.tick(0.5, fake.submit)
+    assert {p[-1]["content"] in load_pool("chat") for p, _, _ in fake.sent} == {True}
+    w.tick(2.0, fake.submit)  # the readers come once the chats run, each with its own passage
+    passages = [p[-1]["content"] for p, _, _ in fake.sent[4:]]
+    assert len(passages) == 2 and len(set(passages)) == 2
+    assert all(p in load_pool("long") for p in passages)
+    spoilers = ("one or two steps", "keep decoding", "recomputed", "preempts", "at once and",
+                "shares every", "copies only", "refills", "cache is found", "faster")  # fmt: skip
+    for scenario in SCENARIOS.values():  # what runs, never the answer
+        assert not [s for s in spoilers if s in scenario.what_to_watch], scenario.key
+
+
 # -- each preset on a real engine (tiny random model) ------------------------------------------
 DT = 0.05  # simulated seconds per engine step: the users' clock, so every run is repeatable
 

@@ -29,6 +29,8 @@ def test_a_preset_asks_its_question_and_starts_nothing(driver):
     lesson, panel = values[NUM_KNOBS + 2], values[NUM_KNOBS + 3]
     assert lesson == {"key": "kv_pressure", "guess": None}
     assert LESSONS["kv_pressure"].question in panel
+    assert "40 KV blocks of 16 tokens" in panel and "num_kv_blocks 40" in panel  # what runs
+    assert "preempted" not in panel.split("?", 1)[1]  # and not the answer
     buttons = values[NUM_KNOBS + 4 :]
     assert len(buttons) == MAX_ANSWERS + 1 and all(b.visible for b in buttons)
     assert [b.value for b in buttons[:3]] == [t for _, t in LESSONS["kv_pressure"].answers]
@@ -40,7 +42,8 @@ def test_a_preset_asks_its_question_and_starts_nothing(driver):
 def test_an_answer_starts_the_preset_and_keeps_the_guess(driver):
     cb = _callbacks(driver)
     values = cb.answer_lesson(1, {"key": "kv_pressure", "guess": None}, PAGE)
-    assert values[NUM_KNOBS + 2] == {"key": "kv_pressure", "guess": "preempt"}
+    run = driver.state().run  # the run the answer started: the lesson's verdict is its
+    assert values[NUM_KNOBS + 2] == {"key": "kv_pressure", "guess": "preempt", "run": run}
     assert "your guess: <b>some running requests are preempted" in values[NUM_KNOBS + 3]
     assert all(not b.visible for b in values[NUM_KNOBS + 4 :])
     assert driver.state().workload == "kv_pressure" and driver.config.num_kv_blocks == 40
