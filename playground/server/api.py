@@ -59,13 +59,11 @@ def register_api(
 ) -> None:
     """Add the routes (see the module docstring) to `app`; call before mounting Gradio at "/".
 
-    `driver` is the EngineDriver, or a callable returning it (None while there is none yet,
-    for an app that loads the model after it listens). The routes answer 503 while there is
-    no driver or it is not running. `model_name` is the served name, or several (vLLM's
-    --served-model-name: the first is the one answered with, the others are accepted); by
-    default the loaded model's short name, its hub id accepted too. With `api_keys`, every /v1
-    route wants `Authorization: Bearer <one of them>` (401 otherwise). The last three are
-    ServingOptions (vLLM's --stream-interval, --sse-keep-alive-interval and
+    `driver`: the EngineDriver, or a callable returning it (None while there is none: 503).
+    `model_name`: the served name, or several (vLLM's --served-model-name: the first is the one
+    answered with); by default the model's short name, its hub id accepted too. `api_keys`:
+    every /v1 route wants `Authorization: Bearer <one of them>` (401 otherwise). The last three
+    are ServingOptions (vLLM's --stream-interval, --sse-keep-alive-interval and
     --strict-request-fields)."""
     options = ServingOptions(stream_interval, sse_keep_alive_interval, strict_request_fields)
     served = ServedModel.of(driver, model_name)
