@@ -140,6 +140,34 @@ class BeamSearch:
         self._note_tree(beams, running, step)
         return running
 
+    def advance(self, group, row_of: dict, logits: torch.Tensor, fork, drop) -> str:
+        """Fork, prune and extend `group`'s beams by one token, each beam's logits at row
+        `row_of[seq_id]`; `fork(group, parent, index)` makes a child, `drop(seq)` ends a
+        pruned beam. What changed, in words ("" when no beam forked or was pruned)."""
+        beams = list(group.seqs)  # fork appends to group.seqs
+        rows = [row_of[b.seq_id] for b in beams]
+        candidates = self.step(beams, logits[torch.tensor(rows, device=logits.device)])
+        extended, forked, kept = set(), [], []
+        for c in candidates:  # forks first: they copy the parent before it is extended
+            if c.parent.seq_id in extended:
+                child = fork(group, c.parent, self.new_beam_id())
+                forked.append((child.index, c.parent.index))
+                kept.append((child, c))
+            else:
+                extended.add(c.parent.seq_id)
+                kept.append((c.parent, c))
+        pruned = [b for b in beams if b.seq_id not in extended]
+        for seq in pruned:
+            drop(seq)
+        for seq, c in kept:
+            assert seq.append_token(c.token_id) is None, "a live beam never stops"
+            seq.cumulative_logprob = c.cumulative_logprob
+        group.seqs = [seq for seq, _ in kept]
+        parts = [f"forked beam {child} from {parent}" for child, parent in forked]
+        if pruned:
+            parts.append("pruned " + ", ".join(str(b.index) for b in pruned))
+        return ", ".join(parts)
+
     def _note_tree(self, beams: list[Sequence], running: list[BeamCandidate], step: int):
         assert not self._forks_to_come, "every fork of the last step has its id"
         extended = set()

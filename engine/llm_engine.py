@@ -269,41 +269,22 @@ class LLMEngine:
         return num_generated, list(touched.values())
 
     def _beam_step(self, group: SequenceGroup, pairs, logits, events) -> bool:
-        """Advance a beam search by one token: fork, prune and extend its beams. False (and
-        nothing done) while some beam is still being recomputed: the beams that are ready
-        give their last token back, to compute it again with the others next step."""
+        """Advance a beam search by one token (BeamSearch.advance); False while some beam is
+        still being recomputed."""
         row_of = {seq.seq_id: row for row, seq in pairs}
-        beams = list(group.seqs)  # _fork appends to group.seqs
-        if any(b.seq_id not in row_of for b in beams):
+        if any(b.seq_id not in row_of for b in group.seqs):  # ready beams give their token back
             for _, seq in pairs:
                 seq.num_computed_tokens -= 1
             return False
-        rows = [row_of[b.seq_id] for b in beams]
-        candidates = group.beams.step(beams, logits[torch.tensor(rows, device=logits.device)])
-        extended, forked, kept = set(), [], []
-        for c in candidates:  # forks first: they copy the parent before it is extended
-            if c.parent.seq_id in extended:
-                child = self._fork(group, c.parent, group.beams.new_beam_id())
-                forked.append((child.index, c.parent.index))
-                kept.append((child, c))
-            else:
-                extended.add(c.parent.seq_id)
-                kept.append((c.parent, c))
-        pruned = [b for b in beams if b.seq_id not in extended]
-        for seq in pruned:
-            seq.set_status(SequenceStatus.FINISHED)  # no stop reason: not a completion
-            self._release(seq)
-            del self._group_of[seq.seq_id]
-        for seq, c in kept:
-            assert seq.append_token(c.token_id) is None, "a live beam never stops"
-            seq.cumulative_logprob = c.cumulative_logprob
-        group.seqs = [seq for seq, _ in kept]
-        if forked or pruned:
-            parts = [f"forked beam {child} from {parent}" for child, parent in forked]
-            if pruned:
-                parts.append("pruned " + ", ".join(str(b.index) for b in pruned))
-            events.append(StepEvent("beams", group.request_id, ", ".join(parts)))
+        note = group.beams.advance(group, row_of, logits, self._fork, self._drop_beam)
+        if note:
+            events.append(StepEvent("beams", group.request_id, note))
         return True
+
+    def _drop_beam(self, seq: Sequence) -> None:
+        seq.set_status(SequenceStatus.FINISHED)  # no stop reason: not a completion
+        self._release(seq)
+        del self._group_of[seq.seq_id]
 
     def _note_scheduling(self, sched: SchedulerOutputs, events: list[StepEvent]) -> None:
         now = time.monotonic()
