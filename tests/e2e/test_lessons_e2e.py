@@ -72,7 +72,9 @@ def test_compare_mode_is_the_main_view(page, tmp_path):
     page.get_by_role("button", name="Static vs continuous").click()
     page.wait_for_selector("#pg-lesson-skip", state="visible", timeout=30_000)
     page.click("#pg-lesson-skip")
-    page.wait_for_selector("#pg-compare", state="visible", timeout=30_000)
+    # both lanes start stepping the real model at once: on two busy cores the board's first
+    # redraw after the reset can take a while
+    page.wait_for_selector("#pg-compare", state="visible", timeout=120_000)
     box, board = page.locator("#pg-compare").bounding_box(), page.locator("#pg-board")
     assert box["y"] < board.bounding_box()["y"]  # above the cards, not in a tab below
     page.wait_for_function(
