@@ -148,4 +148,7 @@ def test_bf16_logits_on_the_bf16_panels_equal_f_linear(arch, tokenizer, monkeypa
     assert plain.runner.forward.backend == "torch"
     want = _runner_logits(plain, prompt, extra)
     assert got.dtype == want.dtype == torch.bfloat16
-    torch.testing.assert_close(got, want)
+    # bfloat16 rounding at the logits' scale: without AVX512_BF16 the engine multiplies the
+    # float32 upcast and rounds once, F.linear rounds each layer, so a logit near zero may
+    # differ by one bfloat16 step of the largest ones
+    torch.testing.assert_close(got, want, rtol=1.6e-2, atol=float(want.abs().max()) * 2**-7)
