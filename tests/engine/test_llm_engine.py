@@ -253,7 +253,7 @@ def test_max_num_seqs_holds_with_n_completions(llama_pair, tokenizer, num_kv_blo
             f"r{i}",
             f"Prompt number {i} says",
             SamplingParams(**{**_fields(GREEDY), "n": n, "temperature": 1.0, "top_k": 1}),
-        )  # fmt: skip
+        )
         for i, n in enumerate([3, 2, 1, 4, 2, 1])
     ]
     finals = run_staggered(engine, requests, every=1)
