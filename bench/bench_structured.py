@@ -5,7 +5,8 @@ The sampler alone (no model), the real tokenizer's 49,152-token vocabulary, rand
 schema (a nested object with an enum and a bounded array), temperature 1; a row whose
 grammar completes starts again. Each round times --steps sampler calls with the grammar and
 --steps without it, taking turns; the cost per step is the median difference, at each batch
-size.
+size. Times are the CPU time of the calling thread with one torch thread (everything here
+runs on it), so that neighbours on a shared machine do not count; --wall for wall time.
 
     python bench/bench_structured.py
 """
@@ -59,9 +60,9 @@ def make_seqs(tokenizer, batch: int, structured: bool) -> list[Sequence]:
     return seqs
 
 
-def run(sampler, seqs, logits, steps: int) -> float:
+def run(sampler, seqs, logits, steps: int, clock=time.thread_time) -> float:
     """Seconds per sampler call; each sampled token is accepted (a completed grammar resets)."""
-    start = time.perf_counter()
+    start = clock()
     for _ in range(steps):
         for seq, (token, _) in zip(seqs, sampler(logits, seqs), strict=True):
             seq.output_token_ids.append(token)
@@ -71,7 +72,7 @@ def run(sampler, seqs, logits, steps: int) -> float:
                     seq.output_token_ids = []
                     seq.grammar.matcher.reset()
                     seq.grammar.num_accepted = 0
-    return (time.perf_counter() - start) / steps
+    return (clock() - start) / steps
 
 
 def main() -> None:
@@ -79,8 +80,12 @@ def main() -> None:
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--wall", action="store_true", help="wall time, not thread CPU time")
     ap.add_argument("--output-json", type=Path)
     args = ap.parse_args()
+    clock = time.perf_counter if args.wall else time.thread_time
+    if not args.wall:
+        torch.set_num_threads(1)
     torch.manual_seed(0)
     _, tokenizer = load_model("default")
     results = {}
@@ -91,8 +96,8 @@ def main() -> None:
         run(sampler, structured, logits, 3)  # warm-up
         times = {"plain": [], "structured": []}
         for _ in range(args.rounds):
-            times["plain"].append(run(sampler, plain, logits, args.steps))
-            times["structured"].append(run(sampler, structured, logits, args.steps))
+            times["plain"].append(run(sampler, plain, logits, args.steps, clock))
+            times["structured"].append(run(sampler, structured, logits, args.steps, clock))
         ms = {k: statistics.median(v) * 1e3 for k, v in times.items()}
         added = statistics.median(s - p for s, p in zip(times["structured"], times["plain"],
                                                         strict=True)) * 1e3  # fmt: skip

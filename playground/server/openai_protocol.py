@@ -23,6 +23,12 @@ from engine.sampling_params import (
     MAX_STOP_STRING_LEN,
     MAX_STOP_STRINGS,
 )
+from playground.server.output_format import (
+    ResponseFormat,
+    StructuredOutputsBody,
+    output_format_error,
+    structured_outputs_spec,
+)
 
 FINISH_REASONS = {  # engine StopReason -> finish_reason: OpenAI's values, and vLLM's "abort"
     StopReason.EOS: "stop",
@@ -169,16 +175,8 @@ class RequestBody(BaseModel):
         if self.stream_options is not None and not self.stream:
             message = "stream_options is only allowed when stream is true"
             raise APIError(400, message, param="stream_options")
-        self._check_output_format()
-
-    def _check_output_format(self) -> None:
-        rf = self.response_format
-        if rf is not None and rf.type != "text" and self.structured_outputs is not None:
-            message = "response_format and structured_outputs cannot be used together"
-            raise APIError(400, message, param="response_format")
-        if rf is not None and rf.type == "json_schema" and rf.json_schema is None:
-            message = "response_format.json_schema is required when type is json_schema"
-            raise APIError(400, message, param="response_format.json_schema")
+        if error := output_format_error(self.response_format, self.structured_outputs):
+            raise APIError(400, error[1], param=error[0])
 
     def sampling_extensions(self) -> dict:
         """The SamplingParams fields of the penalties, min_tokens, the text options and the
@@ -188,48 +186,13 @@ class RequestBody(BaseModel):
             for name in ("presence_penalty", "frequency_penalty", "min_tokens",
                          "skip_special_tokens", "include_stop_str_in_output")
         }  # fmt: skip
-        rf, so = self.response_format, self.structured_outputs
-        if so is not None:
-            fields["structured_outputs"] = so.model_dump(exclude_none=True, by_alias=True)
-        elif rf is not None and rf.type == "json_object":
-            fields["structured_outputs"] = {"json_object": True}
-        elif rf is not None and rf.type == "json_schema":
-            fields["structured_outputs"] = {"json": rf.json_schema.schema_ or {}}
-        return fields
+        spec = structured_outputs_spec(self.response_format, self.structured_outputs)
+        return fields if spec is None else fields | {"structured_outputs": spec}
 
 
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
     include_usage: bool = False
-
-
-class JsonSchemaFormat(BaseModel):
-    """OpenAI's response_format.json_schema: the schema the output follows."""
-
-    model_config = ConfigDict(extra="ignore", strict=True, populate_by_name=True)
-    name: str | None = None
-    description: str | None = None
-    schema_: dict | None = Field(None, alias="schema")
-    strict: bool | None = None
-
-
-class ResponseFormat(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)
-    type: Literal["text", "json_object", "json_schema"]
-    json_schema: JsonSchemaFormat | None = None
-
-
-class StructuredOutputsBody(BaseModel):
-    """vLLM's `structured_outputs` request field: exactly one of json, regex, choice, grammar
-    (EBNF), json_object (the engine's StructuredOutputsParams checks it)."""
-
-    model_config = ConfigDict(extra="ignore", strict=True)
-    json_: dict | str | None = Field(None, alias="json")
-    regex: str | None = None
-    choice: list[str] | None = None
-    grammar: str | None = None
-    json_object: bool | None = None
-    disable_any_whitespace: bool = False
 
 
 def _whole(value):

@@ -16,6 +16,7 @@ from tests.api.server import TINY_MODEL
 
 EXTENSIONS = {"stop_reason", "engine_stop_reason"}  # per choice: vLLM's, the engine's
 HI = [{"role": "user", "content": "Say something."}]
+N_SAMPLED = {"n": 2, "temperature": 1.0, "seed": 0}  # n > 1 samples: greedy takes n=1 (vLLM)
 
 
 def strictly(cls, data: dict):
@@ -46,9 +47,7 @@ def post(url, path, body, stream=False):
     return [json.loads(ln.removeprefix("data: ")) for ln in lines[:-1]]
 
 
-@pytest.mark.parametrize(
-    "extra", [{}, {"logprobs": True, "top_logprobs": 2}, {"n": 2, "temperature": 1, "seed": 0}]
-)
+@pytest.mark.parametrize("extra", [{}, {"logprobs": True, "top_logprobs": 2}, N_SAMPLED])
 def test_chat_responses_and_chunks_are_openai_objects(app_server, extra):
     body = {"model": TINY_MODEL, "messages": HI, "max_tokens": 5, "temperature": 0, **extra}
     r = post(app_server.url, "/v1/chat/completions", body)
@@ -62,7 +61,7 @@ def test_chat_responses_and_chunks_are_openai_objects(app_server, extra):
     assert chunks[-1]["usage"]["completion_tokens"] == full.usage.completion_tokens
 
 
-@pytest.mark.parametrize("extra", [{}, {"logprobs": 2}, {"n": 2, "temperature": 1, "seed": 0}])
+@pytest.mark.parametrize("extra", [{}, {"logprobs": 2}, N_SAMPLED])
 def test_completions_and_their_chunks_are_openai_objects(app_server, extra):
     body = {"model": TINY_MODEL, "prompt": "Once", "max_tokens": 5, "temperature": 0, **extra}
     full = strictly(Completion, post(app_server.url, "/v1/completions", body).json())

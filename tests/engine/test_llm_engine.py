@@ -248,7 +248,12 @@ def test_max_num_seqs_holds_with_n_completions(llama_pair, tokenizer, num_kv_blo
         num_kv_blocks=num_kv_blocks,
     )  # fmt: skip
     requests = [
-        (f"r{i}", f"Prompt number {i} says", SamplingParams(**{**_fields(GREEDY), "n": n}))
+        # top_k=1 draws the argmax: n > 1 needs sampling (vLLM refuses it with greedy)
+        (
+            f"r{i}",
+            f"Prompt number {i} says",
+            SamplingParams(**{**_fields(GREEDY), "n": n, "temperature": 1.0, "top_k": 1}),
+        )
         for i, n in enumerate([3, 2, 1, 4, 2, 1])
     ]
     finals = run_staggered(engine, requests, every=1)
