@@ -9,7 +9,7 @@ import threading
 
 import gradio as gr
 
-from playground.board import cards, charts
+from playground.board import cards, charts, kv_map
 from playground.board.inspector import render_inspector
 from playground.board.state import BoardState
 from playground.remote import views as remote
@@ -51,7 +51,7 @@ def _figures(state: BoardState) -> dict[str, str]:
         "queue": charts.queue_spec(snap),
         "batch": charts.batch_spec(snap),
         "timeline": charts.timeline_spec(snap, labels),
-        "kv": charts.kv_block_spec(snap, colours),
+        "kv": kv_map.kv_block_spec(snap, colours),
         "waiting": charts.waiting_reason_spec(snap),
         "stops": charts.stop_reason_spec(snap),
         "latency": charts.latency_spec(snap),
