@@ -19,16 +19,19 @@ OWN_COLOUR = "#60a5fa"
 KINDS = ("own", "shared", "copied on write")
 
 
-def pick_request(snap: EngineSnapshot, request_id: str | None = None) -> RequestState | None:
+def pick_request(
+    snap: EngineSnapshot, request_id: str | None = None, holders=None
+) -> RequestState | None:
     """`request_id`'s state; without one (or one the snapshot no longer has) the live request
-    whose table shows most: the most shared and copied blocks, then the latest running."""
+    whose table shows most: the most shared and copied blocks, then the latest running.
+    `holders`: block_holders of the snapshot, if the caller has them."""
     by_id = {r.request_id: r for r in snap.requests}
     if request_id in by_id:
         return by_id[request_id]
     live = [r for r in snap.requests if r.block_table or r.seq_block_tables]
     if not live:
         return None
-    holders = block_holders(snap, snap.kv_blocks_total)
+    holders = holders or block_holders(snap, snap.kv_blocks_total)
     return max(live, key=lambda r: (_num_marked(r, holders), r.status == "running", r.arrival))
 
 
@@ -64,11 +67,11 @@ def block_table_spec(
     snap: EngineSnapshot, request_id: str | None = None, labels: dict[str, str] | None = None
 ) -> dict:
     """The heatmap of a request's block table (see the module docstring)."""
-    r = pick_request(snap, request_id)
+    holders = block_holders(snap, snap.kv_blocks_total)
+    r = pick_request(snap, request_id, holders)
     if r is None:
         return _spec("Block table: no request holds KV blocks yet", [], height=BLOCK_TABLE_HEIGHT,
                      xaxis={"visible": False}, yaxis={"visible": False})  # fmt: skip
-    holders = block_holders(snap, snap.kv_blocks_total)
     kinds = classify(r, holders)
     sources = {b: (src, at) for b, src, at in r.copied_blocks}
     z, text, hover, rows = [], [], [], []

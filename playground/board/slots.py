@@ -21,11 +21,13 @@ SLOTS_HEIGHT = 300
 LEAVES = ("finished", "preempted", "aborted")
 
 
-def batches(snap: EngineSnapshot) -> list[tuple[StepRecord, list[str], list[str]]]:
-    """Per step kept: (record, requests it prefilled, requests it decoded), in log order."""
-    steps = snap.steps
+def batches(
+    snap: EngineSnapshot, last: int = MAX_SLOT_STEPS
+) -> list[tuple[StepRecord, list[str], list[str]]]:
+    """Per step of the `last` kept: (record, requests it prefilled, requests it decoded)."""
+    steps = snap.steps[-last:]
     start = steps[0].start if steps else 0.0
-    decoding = [  # decoding when the oldest step kept began: prefilled before it, still live
+    decoding = [  # decoding when the first of these steps began: prefilled before, still live
         r.request_id for r in sorted(snap.requests, key=lambda r: r.first_token or 0.0)
         if r.first_token is not None and r.first_token < start
         and (r.finished is None or r.finished >= start)
@@ -62,7 +64,6 @@ def slot_grid(snap: EngineSnapshot) -> tuple[list[int], list[list[tuple[str, str
         for e in record.events:
             if e.kind in LEAVES:
                 seat.pop(e.request_id, None)
-    columns = columns[-MAX_SLOT_STEPS:]
     rows = min(MAX_SLOTS, 1 + max((s for _, c in columns for s in c), default=0))
     grid = [[c.get(slot) for _, c in columns] for slot in range(rows)]
     return [step for step, _ in columns], grid
@@ -78,7 +79,7 @@ def slots_spec(
     it (a dot on a prefill step), idle cells light grey."""
     labels, colours = labels or {}, colours or {}
     x, grid = slot_grid(snap)
-    palette, index = [IDLE_COLOUR], {}
+    palette, index, names = [IDLE_COLOUR], {}, {None: "idle"}
     z, text, marks = [], [], {"x": [], "y": []}
     for slot, row in enumerate(grid):
         z.append([])
@@ -86,14 +87,15 @@ def slots_spec(
         for step, cell in zip(x, row, strict=True):
             if cell is None:
                 z[-1].append(0.5)
-                text[-1].append(f"slot {slot}, step {step}: idle")
+                text[-1].append("idle")
                 continue
             rid, phase = cell
             if rid not in index:
                 index[rid] = len(palette)
                 palette.append(colours.get(rid, DEFAULT_COLOUR))
+                names[rid] = labels.get(rid, rid)
             z[-1].append(index[rid] + 0.5)
-            text[-1].append(f"slot {slot}, step {step}: {labels.get(rid, rid)} {phase}")
+            text[-1].append(f"{names[rid]} {phase}")
             if phase == "prefill":
                 marks["x"].append(step)
                 marks["y"].append(slot)
@@ -101,7 +103,8 @@ def slots_spec(
     trace = {
         "type": "heatmap", "x": x, "y": list(range(len(grid))), "z": z, "text": text,
         "colorscale": stepped_scale(palette), "zmin": 0, "zmax": len(palette),
-        "showscale": False, "xgap": 1, "ygap": 1, "hovertemplate": "%{text}<extra></extra>",
+        "showscale": False, "xgap": 1, "ygap": 1,
+        "hovertemplate": "slot %{y}, step %{x}: %{text}<extra></extra>",
     }  # fmt: skip
     prefill = {
         "type": "scatter", "mode": "markers", "name": "prefill step", **marks,

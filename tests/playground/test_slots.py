@@ -38,6 +38,9 @@ def test_the_rebuilt_batch_is_the_one_the_engine_ran(runs):
         for record, prefill, decode in slots.batches(runs[batching]):
             assert len(decode) == record.num_decode_tokens, (batching, record)
             assert len(prefill) + len(decode) == record.num_seqs, (batching, record)
+        # drawn from a later step on, the batch at its start comes from the requests' times
+        full = slots.batches(runs[batching])
+        assert slots.batches(runs[batching], last=len(full) - 9) == full[9:]
 
 
 def test_static_batching_leaves_slots_idle_continuous_refills_them(runs):
