@@ -55,12 +55,16 @@ def step_cost_spec(snap: EngineSnapshot, title: str = "Step time against batch s
          "hovertemplate": "batch %{x}: median %{y:.1f} ms<extra></extra>"}
     )  # fmt: skip
     top = max((s.num_seqs for s in snap.steps), default=1)
+    decode_ms = sorted(points["decode"][1])
+    yaxis = {"title": {"text": "step time (ms)"}, "rangemode": "tozero", "autorange": True}
+    if decode_ms:  # the decode steps set the scale; a slow prefill step may fall above it
+        yaxis |= {"range": [0, decode_ms[int(len(decode_ms) * 0.95)] * 1.5], "autorange": False}
     return _spec(
         f"{title} <span style='font-size:11px;color:#64748b'>{_subtitle(medians)}</span>",
         traces,
         xaxis={"title": {"text": "sequences in the step's batch"}, "range": [0, top + 1],
                "autorange": False, "dtick": max(1, (top + 1) // 8)},
-        yaxis={"title": {"text": "step time (ms)"}, "rangemode": "tozero", "autorange": True},
+        yaxis=yaxis,
     )  # fmt: skip
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from engine import SamplingParams
 
-PROMPTS_DIR = Path(__file__).resolve().parent.parent / "assets" / "prompts"
+PROMPTS_DIR = Path(__file__).resolve().parents[2] / "assets" / "prompts"
 
 # Colour-blind friendly, readable on white and on the dark card header.
 USER_COLOURS = (

@@ -37,3 +37,9 @@ def test_medians_per_batch_size_and_an_empty_run():
     assert [t["x"] for t in empty["data"]] == [[], [], []]
     assert "needs decode steps of two batch sizes" in empty["layout"]["title"]["text"]
     step_cost.step_cost_figure(snapshot(steps=_steps())).to_json()  # a valid plotly figure
+
+
+def test_the_decode_steps_set_the_scale():
+    """A slow prefill step (here 30 and 40 ms) may fall above it, never squash the decodes."""
+    yaxis = step_cost.step_cost_spec(snapshot(steps=_steps()))["layout"]["yaxis"]
+    assert yaxis["range"] == [0, pytest.approx(75.0)]  # 1.5 x the 95th percentile decode step
