@@ -346,9 +346,12 @@ def render_scoreboard(state: BoardState) -> str:
         done = st.num_finished == st.num_submitted and st.num_submitted > 0
         finish[lane] = st.finish_busy_s if done else None
         when = f"{st.finish_busy_s:.2f} s · step {st.finish_step}" if done else "running…"
+        tput, so_far = f"{snap.totals.tokens_per_s:.1f}", ""
+        if not done:  # a mean of the requests done so far: not yet the lane's figure
+            so_far = f' <span class="pg-partial">partial: {st.num_finished} finished</span>'
         rows.append(
             f"<tr><td>{badge(lane, 'policy')}</td><td>{st.num_finished}/{st.num_submitted}</td>"
-            f"<td>{esc(when)}</td><td>{snap.totals.tokens_per_s:.1f}</td><td>{mean_ttft}</td></tr>"
+            f"<td>{esc(when)}</td><td>{tput}{so_far}</td><td>{mean_ttft}{so_far}</td></tr>"
         )
     a, b = (finish.get(name) for name in state.lanes[:2])
     verdict = compare_verdict(state.lanes[:2], a, b, " of engine time") if a and b else ""

@@ -7,8 +7,6 @@ array and costs ~2 ms a chart, the dict costs ~0.2 ms. A tiny template of our ow
 the stock one, which would add ~10 kB of theme JSON to every chart.
 """
 
-import math
-
 import orjson
 import plotly.graph_objects as go
 
@@ -25,11 +23,10 @@ STOP_COLOURS = {
 PREEMPT_COLOUR = "#ef4444"
 LOST_COLOUR = "rgba(239, 68, 68, 0.35)"  # the time a preemption cost, over its request's bar
 PLOTLY_CONFIG = {"displayModeBar": False}  # redrawn up to 2x/s: zoom tools only flicker
-FREE_COLOUR, CACHED_COLOUR, SHARED_COLOUR = "#eef2f7", "#cbd5e1", "#0f172a"
-COPIED_COLOUR = "#f97316"  # a live copy-on-write copy of a fork
 MAX_CHART_STEPS = 200  # per-step charts draw the latest steps only: redrawn up to 2x/s
 MAX_TIMELINE_REQUESTS = 24
-MAX_KV_CELLS = 2048  # the block map draws at most this many blocks
+TALL_HEIGHT = 400  # the timeline and the block map: one height, whatever they hold
+COST_COLUMN_PX = 78  # the timeline's right margin, where what preemption cost is written
 THROUGHPUT_WINDOW = 8  # steps in the rolling tokens/s
 
 _TEMPLATE = {
@@ -68,6 +65,21 @@ def _spec(title: str, traces: list[dict], height: int = 260, **layout) -> dict:
     return {"data": traces, "layout": base}
 
 
+def step_axis(x: list[int]) -> dict:
+    """The x axis of a per-step chart over the steps `x`: an explicit range, so a new run (or
+    a chart with nothing to draw yet) never keeps the previous run's axis."""
+    lo, hi = (x[0], x[-1]) if x else (0, 1)
+    return {"title": {"text": "step"}, "range": [lo - 0.5, hi + 0.5], "autorange": False}
+
+
+def stepped_scale(palette: list[str]) -> list:
+    """A heatmap colour scale of bands: z in [i, i + 1) of zmax=len(palette) is palette[i]."""
+    n, scale = len(palette), []
+    for i, c in enumerate(palette):
+        scale += [[i / n, c], [(i + 1) / n, c]]
+    return scale
+
+
 def queue_spec(snap: EngineSnapshot, title: str = "Queues over time") -> dict:
     """Cumulative flow: finished (bottom), running, waiting, one stacked area per state."""
     steps = snap.steps[-MAX_CHART_STEPS:]
@@ -88,8 +100,9 @@ def queue_spec(snap: EngineSnapshot, title: str = "Queues over time") -> dict:
          "line": {"width": 0.5, "color": STATUS_COLOURS[name]}, "hovertemplate": "%{y}"}
         for name, y in series
     ]  # fmt: skip
-    return _spec(title, traces, xaxis={"title": {"text": "step"}},
-                   yaxis={"title": {"text": "requests"}}, hovermode="x unified")  # fmt: skip
+    return _spec(title, traces, xaxis=step_axis(x),
+                   yaxis={"title": {"text": "requests"}, "autorange": True},
+                   hovermode="x unified")  # fmt: skip
 
 
 def _num_done(record) -> int:
@@ -111,9 +124,8 @@ def batch_spec(snap: EngineSnapshot, title: str = "Tokens per step") -> dict:
          "y": [r.token_budget for r in steps],
          "line": {"color": "#0f172a", "dash": "dash", "width": 1.5, "shape": "hvh"}},
     ]  # fmt: skip
-    return _spec(title, traces, barmode="stack", bargap=0.05,
-                   xaxis={"title": {"text": "step"}},
-                   yaxis={"title": {"text": "tokens"}, "rangemode": "tozero"},
+    return _spec(title, traces, barmode="stack", bargap=0.05, xaxis=step_axis(x),
+                   yaxis={"title": {"text": "tokens"}, "rangemode": "tozero", "autorange": True},
                    hovermode="x unified")  # fmt: skip
 
 
@@ -129,7 +141,7 @@ def timeline_spec(
     phases = {k: {"y": [], "base": [], "x": []} for k in PHASE_COLOURS}
     ends = {"x": [], "y": [], "colour": [], "text": []}
     lost = {"y": [], "base": [], "x": [], "text": []}
-    costs = {"x": [], "y": [], "text": []}
+    costs = {"y": [], "text": []}
     rows = {}
     for r in reqs:
         row = rows[r.request_id] = labels.get(r.request_id, r.request_id)
@@ -140,7 +152,6 @@ def timeline_spec(
                 lost["base"].append(round(a - t0, 3))
                 lost["x"].append(round(max(b - a, 0.0), 3))
                 lost["text"].append(cost)
-            costs["x"].append(round(end - t0, 3))
             costs["y"].append(row)
             costs["text"].append(f"⟲ {cost}")
         spans = {
@@ -166,7 +177,7 @@ def timeline_spec(
     traces.append(
         {"type": "bar", "orientation": "h", "name": "lost to preemption",
          "marker": {"color": LOST_COLOUR, "line": {"color": PREEMPT_COLOUR, "width": 1}},
-         "hovertemplate": "%{text}<extra>%{y}</extra>", **lost}
+         "hovertemplate": "%{text}<extra>%{y}</extra>", "textposition": "none", **lost}
     )  # fmt: skip
     pre = [(round(s.start - t0, 3), rows[e.request_id]) for s in snap.steps for e in s.events
            if e.kind == "preempted" and e.request_id in rows and s.start >= t0]  # fmt: skip
@@ -182,17 +193,17 @@ def timeline_spec(
          "line": {"width": 3, "color": ends["colour"]}}, "hovertemplate": "%{text}",
          "showlegend": False}
     )  # fmt: skip
-    height = max(260, 60 + 14 * len(reqs))
-    notes = [  # what preemption cost, written on the end of the victim's bar
-        {"x": x, "y": y, "text": text, "xanchor": "right", "showarrow": False,
-         "font": {"size": 9, "color": PREEMPT_COLOUR}, "bgcolor": "rgba(255,255,255,0.85)"}
-        for x, y, text in zip(costs["x"], costs["y"], costs["text"], strict=True)
+    notes = [  # what preemption cost, in a column right of the plot: one row each, no overlap
+        {"x": 1, "xref": "paper", "xanchor": "left", "xshift": 4, "y": y, "text": text,
+         "showarrow": False, "font": {"size": 9, "color": PREEMPT_COLOUR}}
+        for y, text in zip(costs["y"], costs["text"], strict=True)
     ]  # fmt: skip
-    return _spec(title, traces, height=height, barmode="overlay", bargap=0.25, annotations=notes,
-                   xaxis={"title": {"text": "seconds since the first request shown"},
-                          "rangemode": "tozero"},
-                   yaxis={"autorange": "reversed", "type": "category", "tickfont": {"size": 9}},
-                   )  # fmt: skip
+    return _spec(title, traces, height=TALL_HEIGHT, barmode="overlay", bargap=0.25,
+                 annotations=notes, margin={"l": 48, "r": COST_COLUMN_PX, "t": 40, "b": 36},
+                 xaxis={"title": {"text": "seconds since the first request shown"},
+                        "range": [0, max(round(now - t0, 3), 0.1)], "autorange": False},
+                 yaxis={"autorange": "reversed", "type": "category", "tickfont": {"size": 9}},
+                 )  # fmt: skip
 
 
 def waiting_reason_spec(snap: EngineSnapshot, title: str = "Waiting, by reason") -> dict:
@@ -207,9 +218,9 @@ def waiting_reason_spec(snap: EngineSnapshot, title: str = "Waiting, by reason")
          "hovertemplate": f"{reason.label}: %{{y}}<extra></extra>"}
         for reason in WaitingReason if reason in seen
     ]  # fmt: skip
-    return _spec(title, traces, barmode="stack", bargap=0.05,
-                 xaxis={"title": {"text": "step"}},
-                 yaxis={"title": {"text": "waiting requests"}, "rangemode": "tozero"},
+    return _spec(title, traces, barmode="stack", bargap=0.05, xaxis=step_axis(x),
+                 yaxis={"title": {"text": "waiting requests"}, "rangemode": "tozero",
+                        "autorange": True},
                  hovermode="x unified")  # fmt: skip
 
 
@@ -225,105 +236,6 @@ def stop_reason_spec(snap: EngineSnapshot, title: str = "Why requests stopped") 
     top = max(counts.values(), default=0)
     yaxis = {"title": {"text": "completions"}, "range": [0, max(1, top) * 1.25]}
     return _spec(title, traces, showlegend=False, yaxis=yaxis)
-
-
-def _block_holders(snap: EngineSnapshot, total: int) -> list[dict[str, list[int]]]:
-    """Per block: request id -> the sequences holding it (beam ids of a beam search, else
-    completion indices; a request's one sequence is 0)."""
-    holders: list[dict[str, list[int]]] = [{} for _ in range(total)]
-    for r in snap.requests:
-        tables = r.seq_block_tables or (r.block_table,)
-        ids = [beam for beam, _, _ in r.beams] if r.beams else range(len(tables))
-        for seq, table in zip(ids, tables, strict=False):
-            for b in table:
-                if b < total:
-                    holders[b].setdefault(r.request_id, []).append(seq)
-    return holders
-
-
-def _block_text(b: int, held: dict[str, list[int]], beam_ids: set[str], copy) -> str:
-    """A held block's hover text: who holds it, and where a copy-on-write copy came from."""
-    names = []
-    for rid, seqs in held.items():
-        noun = "beam" if rid in beam_ids else "completion"
-        if len(seqs) > 1:
-            names.append(f"{len(seqs)} {noun}s of {rid}")
-        else:
-            names.append(f"{rid} beam {seqs[0]}" if rid in beam_ids else rid)
-    copied = "" if copy is None else f"copied from block {copy[0]} at step {copy[1]}"
-    if len(names) > 1 or len(next(iter(held.values()))) > 1:
-        return f"block {b}: shared by {', '.join(names)}" + (f"; {copied}" if copied else "")
-    return f"block {b}: {copied} ({names[0]})" if copied else f"block {b}: {names[0]}"
-
-
-def kv_block_spec(
-    snap: EngineSnapshot, colours: dict[str, str] | None = None, title: str | None = None
-) -> dict:
-    """The KV pool as a grid: a cell per block, coloured by the request that holds it; a block
-    several sequences hold (ref count > 1: beams or completions of one request, or requests
-    sharing a cached prefix) is dark, a live copy-on-write copy (a fork's own copy of its
-    parent's partly filled last block) is orange."""
-    colours = colours or {}
-    total = min(snap.kv_blocks_total, MAX_KV_CELLS)
-    holders = _block_holders(snap, total)
-    copies = {b: (src, at) for r in snap.requests for b, src, at in r.copied_blocks}
-    beam_ids = {r.request_id for r in snap.requests if r.beam_width > 1}
-    cached = set(snap.kv_cached_block_ids)
-    palette, z, text = [FREE_COLOUR, CACHED_COLOUR, SHARED_COLOUR, COPIED_COLOUR], [], []
-    index, num_shared, num_copied = {}, 0, 0
-    for b, held in enumerate(holders):
-        if held:
-            text.append(_block_text(b, held, beam_ids, copies.get(b)))
-        if sum(map(len, held.values())) > 1:
-            z.append(2)
-            num_shared += 1
-        elif b in copies and held:
-            z.append(3)
-            num_copied += 1
-        elif held:
-            rid = next(iter(held))
-            if rid not in index:
-                index[rid] = len(palette)
-                palette.append(colours.get(rid, "#60a5fa"))
-            z.append(index[rid])
-        elif b in cached:
-            z.append(1)
-            text.append(f"block {b}: cached")
-        else:
-            z.append(0)
-            text.append(f"block {b}: free")
-    width = max(8, math.ceil(math.sqrt(total * 3)))  # about 3:1 wide
-    rows = max(1, math.ceil(total / width))
-    pad = rows * width - total
-    z = [v + 0.5 for v in z] + [None] * pad  # i + 0.5 sits inside palette[i]'s band
-    text += [""] * pad
-    n = len(palette)
-    scale = []
-    for i, c in enumerate(palette):  # a stepped colour scale: band [i/n, (i+1)/n] -> palette[i]
-        scale += [[i / n, c], [(i + 1) / n, c]]
-    trace = {
-        "type": "heatmap", "colorscale": scale, "zmin": 0, "zmax": n, "showscale": False,
-        "z": [z[i * width : (i + 1) * width] for i in range(rows)],
-        "text": [text[i * width : (i + 1) * width] for i in range(rows)],
-        "hovertemplate": "%{text}<extra></extra>", "xgap": 1.5, "ygap": 1.5,
-    }  # fmt: skip
-    legend = [  # empty traces: legend entries for the heatmap's colours
-        {"type": "scatter", "mode": "markers", "x": [None], "y": [None], "name": name,
-         "marker": {"symbol": "square", "size": 10, "color": colour}, "hoverinfo": "skip"}
-        for name, colour in (("free", FREE_COLOUR), ("cached (evictable)", CACHED_COLOUR),
-                             (f"shared, ref count > 1 ({num_shared})", SHARED_COLOUR),
-                             (f"copied on write ({num_copied})", COPIED_COLOUR),
-                             ("held: colour of its user", "#60a5fa"))
-    ]  # fmt: skip
-    title = title or (
-        f"KV blocks: {snap.kv_blocks_used} used, {snap.kv_blocks_cached} cached, "
-        f"{snap.kv_blocks_free} free of {snap.kv_blocks_total}"
-    )
-    height = max(200, min(420, 70 + rows * 14))
-    return _spec(title, [trace, *legend], height=height,
-                   xaxis={"visible": False, "constrain": "domain"},
-                   yaxis={"visible": False, "autorange": "reversed", "scaleanchor": "x"},
-                   margin={"l": 8, "r": 8, "t": 40, "b": 8})  # fmt: skip
 
 
 def latency_spec(snap: EngineSnapshot, title: str = "Latency") -> dict:
@@ -376,8 +288,9 @@ def throughput_spec(snap: EngineSnapshot, title: str = "Tokens per second") -> d
     avg = snap.totals.tokens_per_s
     return _spec(f"{title} <span style='font-size:11px;color:#64748b'>avg "
                    f"{avg:.1f} generated/s busy</span>", traces,
-                   xaxis={"title": {"text": "step"}},
-                   yaxis={"title": {"text": "tokens / s"}, "rangemode": "tozero"},
+                   xaxis=step_axis(x),
+                   yaxis={"title": {"text": "tokens / s"}, "rangemode": "tozero",
+                          "autorange": True},
                    hovermode="x unified")  # fmt: skip
 
 

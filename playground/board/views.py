@@ -9,7 +9,8 @@ import threading
 
 import gradio as gr
 
-from playground.board import cards, charts
+from playground.board import block_table, cards, charts, kv_map, slots, step_cost
+from playground.board.compare import COMPARE_KEYS, compare_specs
 from playground.board.inspector import render_inspector
 from playground.board.state import BoardState
 from playground.remote import views as remote
@@ -51,34 +52,37 @@ def _figures(state: BoardState) -> dict[str, str]:
         "queue": charts.queue_spec(snap),
         "batch": charts.batch_spec(snap),
         "timeline": charts.timeline_spec(snap, labels),
-        "kv": charts.kv_block_spec(snap, colours),
+        "kv": kv_map.kv_block_spec(snap, colours),
+        "slots": slots.slots_spec(snap, labels, colours),
+        "blocks": block_table.block_table_spec(snap, None, labels),
+        "steptime": step_cost.step_cost_spec(snap),
         "waiting": charts.waiting_reason_spec(snap),
         "stops": charts.stop_reason_spec(snap),
         "latency": charts.latency_spec(snap),
         "tput": charts.throughput_spec(snap),
     }
     if state.compare:
-        for i, lane in enumerate(state.lanes[:2]):
-            s = state.snapshots[lane]
-            specs[f"cmp_queue{i}"] = charts.queue_spec(s, f"{lane}: queues")
-            specs[f"cmp_batch{i}"] = charts.batch_spec(s, f"{lane}: tokens per step")
+        specs.update(compare_specs(state))
     return {k: charts.as_json(v) for k, v in specs.items()}
 
 
-PLOT_KEYS = ("queue", "batch", "timeline", "kv", "waiting", "stops", "latency", "tput")
-COMPARE_KEYS = ("cmp_queue0", "cmp_queue1", "cmp_batch0", "cmp_batch1")
+PLOT_KEYS = ("queue", "batch", "timeline", "kv", "slots", "blocks", "steptime", "waiting",
+             "stops", "latency", "tput")  # fmt: skip
 
 
-def _plots(state: BoardState, cache: FigureCache, keys, sent: dict | None) -> list:
+def _plots(state: BoardState, cache: FigureCache, keys, sent: dict | None, own=None) -> list:
     """This session's updated `sent`, then the charts it lacks as one JSON object
-    {chart: figure} (gr.skip() when it has them all)."""
+    {chart: figure} (gr.skip() when it has them all). `own`: {chart: figure JSON} of this
+    session alone, in place of the shared one (sent when its JSON changed)."""
     plots, revisions = cache.get(state)
     sent = dict(sent or {})
     parts = []
     for key in keys:
-        if key in plots and sent.get(key) != revisions[key]:
-            parts.append(f'"{key}":{plots[key]}')
-            sent[key] = revisions[key]
+        mark, plot = (hash(own[key]), own[key]) if own and key in own else (
+            revisions.get(key), plots.get(key))  # fmt: skip
+        if plot is not None and sent.get(key) != mark:
+            parts.append(f'"{key}":{plot}')
+            sent[key] = mark
     return [sent, "{" + ",".join(parts) + "}" if parts else gr.skip()]
 
 
@@ -96,9 +100,17 @@ def board_values(state: BoardState, me: str | None, rid, deltas) -> list:
     ]
 
 
-def chart_values(state: BoardState, cache: FigureCache, sent: dict | None = None) -> list:
-    """A redraw of the charts: charts sent, then the figures the session lacks, per `sent`."""
-    return _plots(state, cache, PLOT_KEYS, sent)
+def chart_values(
+    state: BoardState, cache: FigureCache, sent: dict | None = None, rid: str | None = None
+) -> list:
+    """A redraw of the charts: charts sent, then the figures the session lacks, per `sent`.
+    `rid`: the request this session inspects, whose block table it is shown (else the
+    board's pick, the request with most shared and copied blocks)."""
+    own = None
+    if rid and not remote.is_remote(state):
+        labels = cards.request_labels(state)
+        own = {"blocks": charts.as_json(block_table.block_table_spec(state.snapshot, rid, labels))}
+    return _plots(state, cache, PLOT_KEYS, sent, own)
 
 
 def compare_values(state: BoardState, cache: FigureCache, sent: dict | None = None) -> list:

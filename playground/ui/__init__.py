@@ -94,7 +94,7 @@ def _wire_refresh(demo, cb: BoardCallbacks, refresh: Refresh, top: Top, board, t
     r.timer.tick(cb.tick, inputs, outputs, **hidden)
     demo.load(cb.arrive, inputs, outputs, **hidden)
     c.role.change(cb.show_role, c.role, [c.pause, *c.drive, c.seat_button], **hidden)
-    r.chart_version.change(cb.redraw_charts, [r.chart_version, r.sent],
+    r.chart_version.change(cb.redraw_charts, [r.chart_version, r.sent, tabs.inspect_rid],
                            [r.sent, r.figures, rewind.slider], **hidden)  # fmt: skip
     r.compare_version.change(cb.redraw_compare, [r.compare_version, r.sent_compare],
                              [r.sent_compare, r.compare_figures], **hidden)  # fmt: skip

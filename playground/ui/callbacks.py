@@ -180,10 +180,11 @@ class BoardCallbacks:
         updates = [gr.update(interactive=role.may_drive) for _ in range(NUM_DRIVE_CONTROLS)]
         return [pause, *updates, gr.update(value=button or "", visible=button is not None)]
 
-    def redraw_charts(self, _version, charts_sent: dict):
-        """The charts the session lacks, and the rewind slider over the steps kept."""
+    def redraw_charts(self, _version, charts_sent: dict, rid: str | None = None):
+        """The charts the session lacks (the block table of the request it inspects, `rid`),
+        and the rewind slider over the steps kept."""
         state = self.driver.state()
-        return [*chart_values(state, self.cache, charts_sent),
+        return [*chart_values(state, self.cache, charts_sent, rid),
                 slider_update(self.driver.history.steps())]  # fmt: skip
 
     def redraw_compare(self, _version, charts_sent: dict):

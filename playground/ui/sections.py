@@ -60,11 +60,12 @@ def build_top(intro: str = INTRO) -> Top:
 
 def build_board(first: dict[str, str]) -> gr.HTML:
     """The cards and, under them, the charts two by two; returns the cards' HTML."""
-    board = html(elem_id="pg-board")
-    for i in range(0, len(PLOT_KEYS), 2):
-        with gr.Row():
-            for key in PLOT_KEYS[i : i + 2]:
-                plot(key, first, elem_classes="pg-plot")
+    board = html(elem_id="pg-board", js_on_load=load_asset("board.js"))
+    with gr.Column(elem_id="pg-charts"):
+        for i in range(0, len(PLOT_KEYS), 2):
+            with gr.Row(elem_classes="pg-plot-row"):
+                for key in PLOT_KEYS[i : i + 2]:
+                    plot(key, first, elem_classes="pg-plot")
     return board
 
 

@@ -46,7 +46,7 @@ def build_compare(first: dict[str, str]) -> CompareSection:
     with gr.Column(visible=False, elem_id="pg-compare") as group:
         gr.Markdown("#### Static vs continuous: one workload, two engines", elem_classes="pg-h")
         scoreboard = html(elem_id="pg-scoreboard")
-        for row in (COMPARE_KEYS[:2], COMPARE_KEYS[2:]):
+        for row in (COMPARE_KEYS[i : i + 2] for i in range(0, len(COMPARE_KEYS), 2)):
             with gr.Row():
                 for key in row:
                     plot(key, first)

@@ -8,9 +8,10 @@ from gradio.components.plot import PlotData
 ASSETS = Path(__file__).resolve().parent.parent.parent / "assets"
 
 
-def html(value: str = "", **kwargs) -> gr.HTML:
-    """gr.HTML without the click handler Gradio attaches on every update by default."""
-    return gr.HTML(value, js_on_load=None, **kwargs)
+def html(value: str = "", js_on_load: str | None = None, **kwargs) -> gr.HTML:
+    """gr.HTML without the click handler Gradio attaches on every update by default (or with
+    a script of our own, run once when the component mounts)."""
+    return gr.HTML(value, js_on_load=js_on_load, **kwargs)
 
 
 def plot(key: str, first: dict[str, str], **kwargs) -> gr.Plot:

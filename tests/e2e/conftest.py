@@ -44,6 +44,8 @@ def _free_port() -> int:
 def server(tmp_path_factory, request):
     port = _free_port()
     args = getattr(request.module, "SERVER_ARGS", SERVER_ARGS)
+    if callable(args):  # a module's args that need files of their own (a model directory)
+        args = args(tmp_path_factory)
     log_path = tmp_path_factory.mktemp("app") / "server.log"
     env = {k: v for k, v in os.environ.items() if k != "SPACE_ID"}
     with open(log_path, "w") as log:

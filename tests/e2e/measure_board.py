@@ -108,7 +108,7 @@ class Pollers:
                 seen = text
             if isinstance(charts, int | float):  # what chart_version's change event does
                 charts_seen, charts_at = charts, at
-                self._post(session, self.charts, [charts, None])
+                self._post(session, self.charts, [charts, None, None])
             if isinstance(interval, int | float):  # the server slows the timer for a crowd
                 every = interval
             self.round_trips.append(time.perf_counter() - t0)

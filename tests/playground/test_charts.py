@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from engine.telemetry import Totals
-from playground.board import charts
+from playground.board import charts, kv_map
 from tests.playground.boards import busy_board, request, snapshot, step
 
 
@@ -84,7 +84,7 @@ def test_stop_reason_counts_in_fixed_order():
 def test_kv_block_map_owners_shared_cached_free():
     reqs = [request("a", blocks=[0, 1, 2]), request("b", blocks=[2, 5])]
     snap = snapshot(requests=reqs, blocks=16, used=4, cached=1, cached_ids=(7,))
-    fig = charts.as_figure(charts.kv_block_spec(snap, {"a": "#ff0000", "b": "#00ff00"}))
+    fig = charts.as_figure(kv_map.kv_block_spec(snap, {"a": "#ff0000", "b": "#00ff00"}))
     heat = fig.data[0]
     cells = [v for row in heat.z for v in row]
     text = [v for row in heat.text for v in row]
@@ -93,9 +93,9 @@ def test_kv_block_map_owners_shared_cached_free():
     colour = {i: scale[2 * int(cells[i])] for i in range(16)}  # band i holds palette[i]
     assert colour[0] == colour[1] == "#ff0000"
     assert colour[5] == "#00ff00"
-    assert colour[2] == charts.SHARED_COLOUR and "a, b" in text[2]
-    assert colour[7] == charts.CACHED_COLOUR
-    assert colour[3] == charts.FREE_COLOUR and text[3] == "block 3: free"
+    assert colour[2] == kv_map.SHARED_COLOUR and "a, b" in text[2]
+    assert colour[7] == kv_map.CACHED_COLOUR
+    assert colour[3] == kv_map.FREE_COLOUR and text[3] == "block 3: free"
     assert "4 used, 1 cached" in fig.layout.title.text
 
 
@@ -106,30 +106,30 @@ def test_kv_block_map_shows_blocks_beams_share_and_the_copies_they_wrote():
                    seq_block_tables=tables, copied_blocks=((3, 2, 41), (6, 2, 41)))  # fmt: skip
     reqs = [beam, request("b", blocks=[9])]
     fig = charts.as_figure(
-        charts.kv_block_spec(snapshot(requests=reqs, blocks=16, used=6), {"req-7": "#ff0000"})
+        kv_map.kv_block_spec(snapshot(requests=reqs, blocks=16, used=6), {"req-7": "#ff0000"})
     )
     heat = fig.data[0]
     cells = [v for row in heat.z for v in row]
     text = [v for row in heat.text for v in row]
     scale = [c for _, c in heat.colorscale]
     colour = {i: scale[2 * int(cells[i])] for i in range(16)}
-    assert colour[0] == colour[1] == charts.SHARED_COLOUR
+    assert colour[0] == colour[1] == kv_map.SHARED_COLOUR
     assert text[0] == "block 0: shared by 3 beams of req-7"
-    assert colour[3] == colour[6] == charts.COPIED_COLOUR
+    assert colour[3] == colour[6] == kv_map.COPIED_COLOUR
     assert text[3] == "block 3: copied from block 2 at step 41 (req-7 beam 4)"
     assert colour[2] == "#ff0000" and text[2] == "block 2: req-7 beam 0"
-    assert text[9] == "block 9: b" and colour[5] == charts.FREE_COLOUR
+    assert text[9] == "block 9: b" and colour[5] == kv_map.FREE_COLOUR
     names = [t.name for t in fig.data[1:]]
     assert "shared, ref count > 1 (2)" in names and "copied on write (2)" in names
     forked = replace(beam, seq_block_tables=((0, 1, 2), (0, 1, 2), (0, 1, 6)))  # not written yet
-    fig = charts.as_figure(charts.kv_block_spec(snapshot(requests=[forked])))
+    fig = charts.as_figure(kv_map.kv_block_spec(snapshot(requests=[forked])))
     text = [v for row in fig.data[0].text for v in row]
     assert text[2] == "block 2: shared by 2 beams of req-7"
 
 
 def test_kv_block_map_caps_huge_pools():
-    fig = charts.as_figure(charts.kv_block_spec(snapshot(blocks=100_000)))
-    assert sum(v is not None for row in fig.data[0].z for v in row) == charts.MAX_KV_CELLS
+    fig = charts.as_figure(kv_map.kv_block_spec(snapshot(blocks=100_000)))
+    assert sum(v is not None for row in fig.data[0].z for v in row) == kv_map.MAX_KV_CELLS
 
 
 def test_latency_in_milliseconds():
@@ -148,7 +148,7 @@ def test_throughput_rolls_over_wall_time():
 def test_empty_snapshot_draws_every_chart():
     snap = snapshot()
     for fn in (charts.queue_spec, charts.batch_spec, charts.timeline_spec,
-               charts.stop_reason_spec, charts.kv_block_spec, charts.latency_spec,
+               charts.stop_reason_spec, kv_map.kv_block_spec, charts.latency_spec,
                charts.throughput_spec):  # fmt: skip
         charts.as_figure(fn(snap)).to_json()
 
@@ -157,14 +157,14 @@ def test_a_refresh_keeps_the_visitors_zoom_even_when_the_title_moves():
     """plotly.js keeps zoom and legend clicks while `uirevision` stays the same; the KV,
     latency and throughput titles carry live numbers, so it must not follow the title."""
     quiet, busy = snapshot(), busy_board().snapshot
-    specs = (charts.queue_spec, charts.batch_spec, charts.timeline_spec, charts.kv_block_spec,
+    specs = (charts.queue_spec, charts.batch_spec, charts.timeline_spec, kv_map.kv_block_spec,
              charts.stop_reason_spec, charts.latency_spec, charts.throughput_spec)  # fmt: skip
     for spec in specs:
         before, after = spec(quiet)["layout"], spec(busy)["layout"]
         assert before["uirevision"] == after["uirevision"], spec.__name__
     assert (
-        charts.kv_block_spec(quiet)["layout"]["title"]
-        != charts.kv_block_spec(busy)["layout"]["title"]
+        kv_map.kv_block_spec(quiet)["layout"]["title"]
+        != kv_map.kv_block_spec(busy)["layout"]["title"]
     )
 
 
@@ -172,7 +172,7 @@ def test_charts_of_a_full_board_are_cheap():
     """32 users and 500 steps: every chart's JSON (what the board sends) well under a tick."""
     snap = busy_board().snapshot
     fns = (charts.queue_spec, charts.batch_spec, charts.timeline_spec, charts.stop_reason_spec,
-           charts.kv_block_spec, charts.latency_spec, charts.throughput_spec)  # fmt: skip
+           kv_map.kv_block_spec, charts.latency_spec, charts.throughput_spec)  # fmt: skip
     best = float("inf")
     for _ in range(3):
         t0 = time.perf_counter()

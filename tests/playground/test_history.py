@@ -3,7 +3,7 @@
 import time
 
 from engine import SamplingParams
-from playground.board import charts
+from playground.board import kv_map
 from playground.record.history import StepHistory, _deep_size
 from playground.workload.users import UserView
 from tests.playground.driving import fixed, settled
@@ -70,7 +70,7 @@ def test_frames_keep_the_blocks_beams_share_and_their_copies(make_engine):
     for step, (snap, _) in full.items():
         frame, _ = history.frame(step)
         _same(frame, snap)
-        assert charts.kv_block_spec(frame) == charts.kv_block_spec(snap)
+        assert kv_map.kv_block_spec(frame) == kv_map.kv_block_spec(snap)
 
 
 def test_deltas_cost_far_less_than_copies(make_engine):

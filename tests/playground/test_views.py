@@ -9,7 +9,7 @@ import gradio as gr
 
 from engine.llm_engine import MAX_FINISHED_KEPT
 from engine.telemetry import MAX_LATENCY_SAMPLES, MAX_STEP_RECORDS
-from playground.board.charts import MAX_KV_CELLS
+from playground.board.kv_map import MAX_KV_CELLS
 from playground.board.views import (
     COMPARE_KEYS,
     PLOT_KEYS,

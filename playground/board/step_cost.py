@@ -1,0 +1,68 @@
+"""Step time against batch size, measured: why batching decode is nearly free, and where it
+stops being free. A pure function of an EngineSnapshot, like charts.py: every point is one
+step the engine ran (its StepRecord.duration), none is modelled."""
+
+import statistics
+
+from engine.telemetry import EngineSnapshot
+from playground.board.charts import PHASE_COLOURS, _spec
+
+MIXED_COLOUR = "rgba(139, 92, 246, 0.45)"  # steps that also prefilled: not pure decode
+MEDIAN_COLOUR = "#0f172a"
+
+
+def decode_medians(snap: EngineSnapshot) -> dict[int, float]:
+    """Batch size -> median seconds of the decode-only steps of that size (sorted by size)."""
+    by_size: dict[int, list[float]] = {}
+    for r in snap.steps:
+        if r.num_decode_tokens and not r.num_prefill_tokens:
+            by_size.setdefault(r.num_seqs, []).append(r.duration)
+    return {n: statistics.median(by_size[n]) for n in sorted(by_size)}
+
+
+def _subtitle(medians: dict[int, float]) -> str:
+    """'batch 1 → 8: 8.0× the tokens in 1.4× the time' (smallest against largest size)."""
+    if len(medians) < 2:
+        return "needs decode steps of two batch sizes"
+    (lo, t_lo), (hi, t_hi) = next(iter(medians.items())), list(medians.items())[-1]
+    return f"batch {lo} → {hi}: {hi / lo:.1f}× the tokens in {t_hi / t_lo:.1f}× the time"
+
+
+def step_cost_spec(snap: EngineSnapshot, title: str = "Step time against batch size") -> dict:
+    """Every step kept as a dot (x: sequences in the batch, y: ms); decode-only steps blue,
+    steps that also prefilled purple, the median decode step per batch size as a line."""
+    points = {"decode": ([], [], []), "with prefill": ([], [], [])}
+    for r in snap.steps:
+        if not r.num_tokens:
+            continue
+        x, y, text = points["with prefill" if r.num_prefill_tokens else "decode"]
+        x.append(r.num_seqs)
+        y.append(round(r.duration * 1000, 2))
+        text.append(f"step {r.step}: {r.num_seqs} sequences, {r.num_prefill_tokens} prefill + "
+                    f"{r.num_decode_tokens} decode tokens")  # fmt: skip
+    medians = decode_medians(snap)
+    colours = {"decode": PHASE_COLOURS["decode"], "with prefill": MIXED_COLOUR}
+    traces = [
+        {"type": "scatter", "mode": "markers", "name": f"{name} step", "x": x, "y": y,
+         "text": text, "marker": {"color": colours[name], "size": 5, "opacity": 0.7},
+         "hovertemplate": "%{text}: %{y:.1f} ms<extra></extra>"}
+        for name, (x, y, text) in points.items()
+    ]  # fmt: skip
+    traces.append(
+        {"type": "scatter", "mode": "lines+markers", "name": "median decode step",
+         "x": list(medians), "y": [round(v * 1000, 2) for v in medians.values()],
+         "line": {"color": MEDIAN_COLOUR, "width": 2}, "marker": {"size": 6},
+         "hovertemplate": "batch %{x}: median %{y:.1f} ms<extra></extra>"}
+    )  # fmt: skip
+    top = max((s.num_seqs for s in snap.steps), default=1)
+    decode_ms = sorted(points["decode"][1])
+    yaxis = {"title": {"text": "step time (ms)"}, "rangemode": "tozero", "autorange": True}
+    if decode_ms:  # the decode steps set the scale; a slow prefill step may fall above it
+        yaxis |= {"range": [0, decode_ms[int(len(decode_ms) * 0.95)] * 1.5], "autorange": False}
+    return _spec(
+        f"{title} <span style='font-size:11px;color:#64748b'>{_subtitle(medians)}</span>",
+        traces,
+        xaxis={"title": {"text": "sequences in the step's batch"}, "range": [0, top + 1],
+               "autorange": False, "dtick": max(1, (top + 1) // 8)},
+        yaxis=yaxis,
+    )  # fmt: skip
