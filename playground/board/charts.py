@@ -129,15 +129,8 @@ def batch_spec(snap: EngineSnapshot, title: str = "Tokens per step") -> dict:
                    hovermode="x unified")  # fmt: skip
 
 
-def timeline_spec(
-    snap: EngineSnapshot, labels: dict[str, str] | None = None, title: str = "Request timeline"
-) -> dict:
-    """One row per request: waiting, prefill, decode bars; preemptions and ends marked."""
-    labels = labels or {}
-    reqs = sorted(snap.requests, key=lambda r: r.arrival)[-MAX_TIMELINE_REQUESTS:]
-    now = snap.steps[-1].start + snap.steps[-1].duration if snap.steps else 0.0
-    now = max([now] + [t for r in reqs for t in (r.arrival, r.first_token, r.finished) if t])
-    t0 = min((r.arrival for r in reqs), default=now)
+def _timeline_rows(reqs, labels: dict[str, str], now: float, t0: float):
+    """The timeline's bars, ends and preemption costs, one row per request, in seconds since t0."""
     phases = {k: {"y": [], "base": [], "x": []} for k in PHASE_COLOURS}
     ends = {"x": [], "y": [], "colour": [], "text": []}
     lost = {"y": [], "base": [], "x": [], "text": []}
@@ -169,6 +162,19 @@ def timeline_spec(
             ends["y"].append(row)
             ends["colour"].append(STOP_COLOURS.get(r.stop_reason, "#64748b"))
             ends["text"].append(r.stop_reason)
+    return phases, ends, lost, costs, rows
+
+
+def timeline_spec(
+    snap: EngineSnapshot, labels: dict[str, str] | None = None, title: str = "Request timeline"
+) -> dict:
+    """One row per request: waiting, prefill, decode bars; preemptions and ends marked."""
+    labels = labels or {}
+    reqs = sorted(snap.requests, key=lambda r: r.arrival)[-MAX_TIMELINE_REQUESTS:]
+    now = snap.steps[-1].start + snap.steps[-1].duration if snap.steps else 0.0
+    now = max([now] + [t for r in reqs for t in (r.arrival, r.first_token, r.finished) if t])
+    t0 = min((r.arrival for r in reqs), default=now)
+    phases, ends, lost, costs, rows = _timeline_rows(reqs, labels, now, t0)
     traces = [
         {"type": "bar", "orientation": "h", "name": name, "marker": {"color": PHASE_COLOURS[name]},
          "hovertemplate": f"{name} %{{x:.2f}} s<extra>%{{y}}</extra>", **v}

@@ -40,6 +40,18 @@ def block_text(b: int, held: dict[str, list[int]], beam_ids: set[str], copy) -> 
     return f"block {b}: {copied} ({names[0]})" if copied else f"block {b}: {names[0]}"
 
 
+def _legend(num_shared: int, num_copied: int) -> list[dict]:
+    """Empty traces: legend entries for the heatmap's colours."""
+    return [
+        {"type": "scatter", "mode": "markers", "x": [None], "y": [None], "name": name,
+         "marker": {"symbol": "square", "size": 10, "color": colour}, "hoverinfo": "skip"}
+        for name, colour in (("free", FREE_COLOUR), ("cached (evictable)", CACHED_COLOUR),
+                             (f"shared, ref count > 1 ({num_shared})", SHARED_COLOUR),
+                             (f"copied on write ({num_copied})", COPIED_COLOUR),
+                             ("held: colour of its user", "#60a5fa"))
+    ]  # fmt: skip
+
+
 def kv_block_spec(
     snap: EngineSnapshot, colours: dict[str, str] | None = None, title: str | None = None
 ) -> dict:
@@ -88,14 +100,7 @@ def kv_block_spec(
         "text": [text[i * width : (i + 1) * width] for i in range(rows)],
         "hovertemplate": "%{text}<extra></extra>", "xgap": 1.5, "ygap": 1.5,
     }  # fmt: skip
-    legend = [  # empty traces: legend entries for the heatmap's colours
-        {"type": "scatter", "mode": "markers", "x": [None], "y": [None], "name": name,
-         "marker": {"symbol": "square", "size": 10, "color": colour}, "hoverinfo": "skip"}
-        for name, colour in (("free", FREE_COLOUR), ("cached (evictable)", CACHED_COLOUR),
-                             (f"shared, ref count > 1 ({num_shared})", SHARED_COLOUR),
-                             (f"copied on write ({num_copied})", COPIED_COLOUR),
-                             ("held: colour of its user", "#60a5fa"))
-    ]  # fmt: skip
+    legend = _legend(num_shared, num_copied)
     title = title or (
         f"KV blocks: {snap.kv_blocks_used} used, {snap.kv_blocks_cached} cached, "
         f"{snap.kv_blocks_free} free of {snap.kv_blocks_total}"
