@@ -87,4 +87,4 @@ bench-vllm: $(STAMP) $(VLLM_STAMP)
 # vLLM's own serving benchmark client (`vllm bench serve`) against `python app.py` and vLLM's
 # server, both with their defaults: 0 failed requests, throughput, TTFT, TPOT and ITL side by side.
 bench-serve: $(STAMP) $(VLLM_STAMP)
-	$(PY) bench/bench_serve.py --output-md bench/results/serve.md $(ARGS)
+	$(PY) bench/bench_serve.py --output-md bench/out/serve.md $(ARGS)

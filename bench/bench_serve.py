@@ -6,7 +6,7 @@ model's weights, fp32, as bench/bench_vllm.py starts it), then vLLM's client (fr
 on /v1/chat/completions: dataset `random` (fixed lengths) and `shaped` (random lengths within
 +-50 % after a shared 32-token prefix, which the prefix caches of both servers reuse). Every
 run must finish with 0 failed requests; the table shows throughput, TTFT, TPOT and ITL side
-by side (written to bench/results/serve.md with --output-md).
+by side (written to bench/out/serve.md with --output-md).
 
     make bench-serve                      # or: python bench/bench_serve.py --help
 """
