@@ -37,14 +37,20 @@ TEMPLATE_OWN_ARGS = frozenset({  # apply_chat_template's own arguments: not temp
 })  # fmt: skip
 
 
-async def parse(request: Request, body_cls: type[RequestBody], strict: bool) -> RequestBody:
-    """The validated body; APIError 400 naming the field."""
+async def json_object(request: Request) -> dict:
+    """The body as a JSON object; APIError 400 otherwise."""
     try:
         data = json.loads(await request.body())
     except ValueError as exc:
         raise APIError(400, f"the body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise APIError(400, "the body must be a JSON object")
+    return data
+
+
+async def parse(request: Request, body_cls: type[RequestBody], strict: bool) -> RequestBody:
+    """The validated body; APIError 400 naming the field."""
+    data = await json_object(request)
     unknown = sorted(set(data) - set(body_cls.model_fields) - set(UNSUPPORTED) - IGNORED)
     if unknown and strict:
         message = f"{unknown[0]}: unrecognized request argument"

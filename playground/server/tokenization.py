@@ -1,7 +1,6 @@
 """vLLM's /tokenize and /detokenize (vllm/entrypoints/serve/tokenize/): the served model's
 tokenizer over HTTP, a completion's prompt or a chat through its template."""
 
-import json
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -11,7 +10,7 @@ from playground.access import public
 from playground.driver import RequestRejected
 from playground.server.models import ServedModel
 from playground.server.openai_protocol import APIError, ChatMessage, validation_error
-from playground.server.request_fields import check_template_fields, template_kwargs
+from playground.server.request_fields import check_template_fields, json_object, template_kwargs
 from playground.server.serving import chat_prompt
 
 
@@ -81,12 +80,7 @@ async def detokenize(request: Request, served: ServedModel) -> DetokenizeRespons
 
 
 async def _json(request: Request) -> dict:
-    try:
-        data = json.loads(await request.body())
-    except ValueError as exc:
-        raise APIError(400, f"the body is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise APIError(400, "the body must be a JSON object")
+    data = await json_object(request)
     return {k: v for k, v in data.items() if v is not None}  # null: the default
 
 
