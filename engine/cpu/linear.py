@@ -286,6 +286,8 @@ class FusedLinear:
 
     def _forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         if self.backend == "panels":
+            if residual is not None and x.dtype != torch.float32:  # as the bfloat16 panels:
+                return residual + self._panels(x, None)  # y rounded, then the float32 sum
             return self._panels(x, residual)
         if self.backend == "bf16_panels":
             y = self._bf16_panels(x)

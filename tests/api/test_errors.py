@@ -27,7 +27,7 @@ CHAT_CASES = [  # (body, status, param)
     ({"model": TINY_MODEL, "messages": HI, "stream": False, "stream_options": {}}, 400,
      "stream_options"),
     ({"model": TINY_MODEL, "messages": HI, "stop": 3}, 400, "stop"),
-    ({"model": TINY_MODEL, "messages": HI, "presence_penalty": 0.5}, 400, "presence_penalty"),
+    ({"model": TINY_MODEL, "messages": HI, "presence_penalty": 2.5}, 400, "presence_penalty"),
     ({"model": TINY_MODEL, "messages": [{"role": "user"}]}, 400, "messages"),
     ({"model": TINY_MODEL, "messages": [{"role": "robot", "content": "x"}]}, 400,
      "messages[0].role"),

@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 
 import app as app_module
 from playground.access.limits import PublicLimits
+from playground.cli.startup import public_limits
 from playground.server.options import ServingOptions
 from tests.api.server import TINY_MODEL, Server, bare_app, openai_client
 
@@ -22,9 +23,11 @@ def test_local_defaults_are_vllm_serves_and_a_space_keeps_its_limits(monkeypatch
     comments); vLLM has no per-client in-flight limit. A Space keeps both of its own."""
     monkeypatch.delenv("SPACE_ID", raising=False)
     assert PublicLimits().max_in_flight is None and ServingOptions().sse_keep_alive_interval == 0
-    assert app_module.parse_args([]).limit_in_flight is None
+    assert public_limits(app_module.parse_args([])).max_in_flight is None
+    public = public_limits(app_module.parse_args(["--public"]))
+    assert public.max_in_flight == PublicLimits.defaults(True).max_in_flight
     monkeypatch.setenv("SPACE_ID", "someone/space")
-    assert app_module.parse_args([]).limit_in_flight == PublicLimits.defaults(True).max_in_flight
+    assert public_limits(app_module.parse_args([])).max_in_flight == public.max_in_flight
     assert PublicLimits.defaults(True).max_in_flight == 4
     assert ServingOptions.defaults(public=True).sse_keep_alive_interval > 0
     with pytest.raises(ValueError, match="sse_keep_alive_interval"):
