@@ -258,6 +258,9 @@ def _beam_search_rules(max_width: int) -> dict:
         "repetition_penalty": {"enum": [1, None]}, "seed": null, "logprobs": null,
         "stop": {"anyOf": [null, {"type": "array", "maxItems": 0}]},
         "stop_token_ids": {"anyOf": [null, {"type": "array", "maxItems": 0}]},
+        "min_tokens": {"enum": [0, None]}, "presence_penalty": {"enum": [0, None]},
+        "frequency_penalty": {"enum": [0, None]}, "structured_outputs": null,
+        "response_format": {"anyOf": [null, {"properties": {"type": {"const": "text"}}}]},
     }  # fmt: skip
     up_to = lambda k: {"anyOf": [null, {"type": "integer", "maximum": k}]}  # noqa: E731
     widths = [

@@ -33,12 +33,12 @@ MY_ANSWER = """() => { const c = document.querySelector('.pg-card.pg-mine');
 # re-mounts a gr.Plot it sends a new figure to; assets/charts.js draws in place instead).
 BATCH_STEPS = """(first) => { const gd = document.querySelector('#pg-plot-batch .js-plotly-plot');
     return [gd && gd.data ? gd.data[0].x.length : -1, gd === (first || gd)] }"""
-# The board's eight charts (the compare view's are not .pg-plot), each drawn by Plotly.
+# The board's eleven charts (the compare view's are not .pg-plot), each drawn by Plotly.
 BOARD_PLOTS = """() => [...document.querySelectorAll('.pg-plot')].map(p => {
     const gd = p.querySelector('.js-plotly-plot');
     if (!gd || !gd.data || !gd.querySelector('.main-svg')) return null;
     return (gd.layout.title && gd.layout.title.text) || '?' })"""
-NUM_BOARD_PLOTS = 8
+NUM_BOARD_PLOTS = 11
 OTHER_VISITOR = """(cls) => [...document.querySelectorAll('.pg-card')].some(c =>
     c.querySelector('.pg-name').textContent.startsWith('Visitor ') && c.querySelector('.' + cls))"""
 

@@ -55,7 +55,10 @@ def test_random_workloads_lose_nothing_and_leak_nothing(llama_pair, tokenizer, o
                 )
             else:
                 params = SamplingParams(
-                    max_tokens=max_tokens, temperature=temperature, n=n, seed=len(added)
+                    max_tokens=max_tokens,
+                    temperature=temperature,
+                    n=n if temperature > 0 else 1,
+                    seed=len(added),
                 )
             try:
                 engine.add_request(rid, list(range(start, start + prompt_len)), params, None,

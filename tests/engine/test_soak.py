@@ -33,15 +33,17 @@ def _is_ids(prompt) -> bool:
 
 
 def random_params(rng: random.Random) -> SamplingParams:
+    temperature = rng.choice([0.0, 0.7, 1.0, 1.5])
+    n = rng.choice([1, 1, 1, 1, 2, 3])
     return SamplingParams(
         max_tokens=rng.randint(1, 12),
-        temperature=rng.choice([0.0, 0.7, 1.0, 1.5]),
+        temperature=temperature,
         top_k=rng.choice([0, 1, 20]),
         top_p=rng.choice([1.0, 0.9, 0.5]),
         min_p=rng.choice([0.0, 0.05]),
         repetition_penalty=rng.choice([1.0, 1.2]),
         stop=rng.choice([[], ["a"], ["🚀", "\n"]]),
-        n=rng.choice([1, 1, 1, 1, 2, 3]),
+        n=n if temperature > 0 else 1,  # greedy takes n=1, as in vLLM
         seed=rng.choice([None, rng.randrange(1000)]),
         logprobs=rng.choice([None, 0, 3]),
         ignore_eos=rng.random() < 0.5,
