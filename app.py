@@ -10,7 +10,7 @@ With --engine-url the board loads no model: its requests go to that OpenAI-compa
 The flags (playground/cli/, docs/cli.md) are read before anything heavy is imported, so
 `--help` and a mistyped flag answer at once: EngineConfig's fields, the public limits, and
 `vllm serve`'s own flags. `create_app(driver)` returns the FastAPI app with the Gradio board
-mounted at "/" and `GET /healthz`, so other routes can join the same server.
+mounted at "/" and `GET /health`, so other routes can join the same server.
 """
 
 import os
@@ -126,7 +126,7 @@ def create_app(
     stream_interval: int = 1,
     frontend: Frontend = Frontend(),
 ):
-    """The server: a FastAPI app with the board at "/", GET /healthz; add more routes to it
+    """The server: a FastAPI app with the board at "/", GET /health; add more routes to it
     before serving. api=False (a board over a remote server): no /v1 routes and no /metrics
     of its own; clients talk to that server directly. `seat`: who drives the board (default:
     anyone). `stream_interval`: new tokens per streamed API chunk (vLLM's --stream-interval).
@@ -136,7 +136,8 @@ def create_app(
 
     from playground.access.public import is_public
     from playground.server.api import refuse_other_methods, register_api
-    from playground.server.frontend import add_frontend, healthz_route
+    from playground.server.frontend import add_frontend
+    from playground.server.health import add_health_routes
     from playground.server.options import ServingOptions
     from playground.ui import build_ui, load_asset
 
@@ -148,7 +149,6 @@ def create_app(
     )
     app.root_path = frontend.root_path  # as vLLM sets it (FastAPI's argument is deprecated)
     add_frontend(app, frontend)
-    healthz_route(app, driver)
     if api:  # /v1 (OpenAI-compatible), /health and /metrics, before the mount
         keep_alive = frontend.sse_keep_alive_interval
         if keep_alive is None:  # vllm serve's default; a public server keeps its streams alive
@@ -164,6 +164,8 @@ def create_app(
             strict_request_fields=frontend.strict_request_fields,
         )
         refuse_other_methods(app)
+    else:  # the API's /health comes with its routes
+        add_health_routes(app, lambda: driver)
     demo = build_ui(driver, seat)
     theme = gr.themes.Soft(primary_hue="indigo", neutral_hue="slate")
     css = load_asset("style.css")

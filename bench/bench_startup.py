@@ -1,7 +1,7 @@
 """Startup benchmark: `python app.py` to the first streamed token, with the model cached.
 
 Starts the app on a free 127.0.0.1 port --runs times; each time measures seconds from the
-process start until /healthz answers (ready) and until the first token of a streamed chat
+process start until /health answers (ready) and until the first token of a streamed chat
 completion arrives (first token). Medians. The first start on a machine also converts the
 bundled GGUF (~30 s, once); run this once before to time the cached path.
 
@@ -44,7 +44,7 @@ def one_start(timeout: float) -> tuple[float, float]:
             if time.perf_counter() - start > timeout:
                 raise TimeoutError(f"app.py not ready in {timeout} s")
             try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 time.sleep(0.05)

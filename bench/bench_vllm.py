@@ -141,7 +141,7 @@ def run_http(system: str, dtype: str, workload, args, log_path: Path) -> dict:
             "--limit-in-flight", str(len(workload)),  # one client, every request in flight
             "--request-timeout", "0", "--stream-interval", str(args.stream_interval),
         ]  # fmt: skip
-        return run_server(command, "/healthz", port, workload, args, log_path)
+        return run_server(command, "/health", port, workload, args, log_path)
     command = [
         args.vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model", args.model_dir,
         "--dtype", dtype, "--max-model-len", str(MAX_MODEL_LEN), "--port", str(port),

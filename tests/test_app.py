@@ -1,4 +1,4 @@
-"""app.py: the command line's flags, and the app it serves (board + /healthz)."""
+"""app.py: the command line's flags, and the app it serves (board + /health)."""
 
 import pytest
 from fastapi.testclient import TestClient
@@ -8,10 +8,11 @@ from playground.access.limits import PublicLimits
 from playground.cli.startup import engine_config, public_limits
 
 
-def test_create_app_serves_the_board_and_healthz(driver):
+def test_create_app_serves_the_board_and_health(driver):
     with TestClient(app.create_app(driver)) as client:
-        health = client.get("/healthz")
+        health = client.get("/health")
         assert health.status_code == 200 and health.json()["status"] == "ok"
+        assert client.get("/healthz").json().keys() == health.json().keys()  # its older name
         page = client.get("/")
         assert page.status_code == 200 and "gradio" in page.text.lower()
         assert "Continuous batching playground" in client.get("/openapi.json").text  # the API's
@@ -99,8 +100,7 @@ def test_health_and_healthz_once_the_driver_stopped(driver):
         assert client.get("/health").status_code == 200
         driver.stop()
         assert client.get("/health").status_code == 503
-        healthz = client.get("/healthz")  # kept: always 200, says what the driver does
-        assert healthz.status_code == 200 and healthz.json()["status"] == "driver stopped"
+        assert client.get("/healthz").status_code == 503  # the older name answers the same
 
 
 def test_control_flags_choose_who_drives(monkeypatch):

@@ -22,6 +22,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from playground.driver import EngineDriver
 from playground.server import tokenization
+from playground.server.health import add_health_routes
 from playground.server.metrics import register_metrics
 from playground.server.models import ServedModel
 from playground.server.openai_protocol import (
@@ -31,9 +32,7 @@ from playground.server.openai_protocol import (
     unauthorized,
 )
 from playground.server.openapi import (
-    HEALTH_RESPONSES,
     ROUTE_DOCS,
-    Health,
     ModelList,
     Version,
     document_limits,
@@ -70,11 +69,7 @@ def register_api(
     guard = [Depends(bearer_auth(api_keys))] if api_keys else []
     app.add_exception_handler(APIError, lambda request, exc: exc.response())
 
-    @app.get("/health", responses=HEALTH_RESPONSES, tags=["health"])
-    def health() -> Health:
-        """200 while the engine serves, 503 once its driver has stopped (vLLM's probe)."""
-        served.ready()
-        return Health(status="ok")
+    add_health_routes(app, served.get_driver)
 
     @app.get("/v1/models", dependencies=guard, responses=error_responses(401, 503))
     def list_models() -> ModelList:

@@ -1,5 +1,5 @@
-"""The HTTP server around the routes: vllm serve's CORS and request log, /healthz, and the
-uvicorn server that says when it listens."""
+"""The HTTP server around the routes: vllm serve's CORS and request log, and the uvicorn
+server that says when it listens."""
 
 import logging
 import time
@@ -36,20 +36,6 @@ def add_frontend(app: FastAPI, frontend) -> None:
                     time.monotonic() - started,
                 )
             return response
-
-
-def healthz_route(app: FastAPI, driver) -> None:
-    @app.get("/healthz")
-    def healthz() -> dict:
-        snap = driver.snapshot()
-        return {
-            "status": "ok" if driver.is_alive else "driver stopped",
-            "step": snap.step,
-            "waiting": snap.num_waiting,
-            "running": snap.num_running,
-            "generated_tokens": snap.totals.num_generated_tokens,
-            "tokens_per_s": round(snap.totals.tokens_per_s, 2),  # of engine busy time
-        }
 
 
 class ReadyServer(uvicorn.Server):

@@ -43,6 +43,11 @@ class ErrorResponse(BaseModel):
 
 class Health(BaseModel):
     status: Literal["ok"]
+    step: int = Field(description="the engine's step count")
+    waiting: int
+    running: int
+    generated_tokens: int
+    tokens_per_s: float = Field(description="generated tokens per second of engine busy time")
 
 
 class Version(BaseModel):

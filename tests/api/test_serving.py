@@ -61,10 +61,10 @@ def test_api_key_flag_and_vllm_api_key_env(monkeypatch):
 def test_health_is_200_while_serving_and_503_once_the_driver_stopped(make_driver):
     driver = make_driver()
     with TestClient(bare_app(lambda: driver)) as http:
-        assert (http.get("/health").status_code, http.get("/health").json()) == (
-            200,
-            {"status": "ok"},
-        )
+        health = http.get("/health")
+        assert (health.status_code, health.json()["status"]) == (200, "ok")
+        assert set(health.json()) == {"status", "step", "waiting", "running",
+                                      "generated_tokens", "tokens_per_s"}  # fmt: skip
         driver.stop()
         r = http.get("/health")
         assert r.status_code == 503 and _error(r)["code"] == "model_not_ready"

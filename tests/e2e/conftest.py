@@ -59,14 +59,14 @@ def server(tmp_path_factory, request):
     while time.monotonic() < deadline:
         assert proc.poll() is None, url.log()
         try:
-            with urllib.request.urlopen(url + "/healthz", timeout=2) as r:
+            with urllib.request.urlopen(url + "/health", timeout=2) as r:
                 if r.status == 200:
                     break
         except OSError:
             time.sleep(0.5)
     else:
         proc.kill()
-        pytest.fail("the app did not answer /healthz in time")
+        pytest.fail("the app did not answer /health in time")
     yield url
     proc.send_signal(signal.SIGINT)  # Ctrl-C: driver and server stop cleanly
     try:

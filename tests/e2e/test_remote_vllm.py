@@ -79,7 +79,7 @@ def board(vllm_url, tmp_path_factory):
             stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     try:
-        _wait_http(f"http://127.0.0.1:{port}/healthz", proc, APP_START_TIMEOUT_S, log)
+        _wait_http(f"http://127.0.0.1:{port}/health", proc, APP_START_TIMEOUT_S, log)
         yield f"http://127.0.0.1:{port}", log
     finally:
         stop_server(proc)

@@ -112,6 +112,6 @@ def test_8_browsers_and_16_api_streams_for_60_s(server, browser):
     assert all(done and reason in ("length", "stop") for reason, done in results), results
     assert all(n >= 1 for n in sent)
     assert all(len(seen) >= 2 for seen in stats_seen), ("a board stopped refreshing", sent)
-    assert httpx.get(server + "/healthz").json()["status"] == "ok"
+    assert httpx.get(server + "/health").json()["status"] == "ok"
     log = server.log()
     assert "Traceback" not in log and " ERROR " not in log, log[-3000:]

@@ -48,13 +48,13 @@ class AppProcess:
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, self.log_path.read_text()[-3000:]
             try:
-                with urllib.request.urlopen(self.url + "/healthz", timeout=2) as r:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
                     if r.status == 200:
                         return
             except OSError:
                 time.sleep(0.25)
         self.proc.kill()
-        raise AssertionError("the API server did not answer /healthz in time")
+        raise AssertionError("the API server did not answer /health in time")
 
     def kill(self) -> None:
         """SIGKILL: the server vanishes mid-stream, as a crash would have it."""
