@@ -116,13 +116,14 @@ def grown(samples, field_name: str) -> float | None:
 
 
 def finished_grown(samples) -> dict[str, float]:
-    """Requests finished over `samples`, by finished_reason (restarts folded in). A scrape
-    without the series counts as none finished yet: a server may export a reason only once
-    a request has finished so."""
+    """Requests finished over `samples`, by finished_reason (restarts folded in); reasons no
+    request finished with are left out (vLLM exports every reason from 0). A scrape without
+    the series counts as none finished yet: a server may export a reason only once a request
+    has finished so."""
     total: dict[str, float] = {}
     for before, now in itertools.pairwise(samples):
         prev = before.finished or {}
         for reason, value in (now.finished or {}).items():
             old = prev.get(reason, 0.0)
             total[reason] = total.get(reason, 0.0) + (value - old if value >= old else value)
-    return total
+    return {reason: n for reason, n in total.items() if n}
