@@ -4,7 +4,6 @@ same (kept for probes that use it, left out of the OpenAPI document)."""
 from collections.abc import Callable
 
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse
 
 from playground.driver import EngineDriver
 from playground.server.openai_protocol import not_ready
@@ -15,7 +14,7 @@ def add_health_routes(app: FastAPI, get_driver: Callable[[], EngineDriver | None
     """200 with the driver's counts while it runs; 503 (OpenAI's error shape) before it
     starts and once it stopped."""
 
-    def health() -> Health | JSONResponse:
+    def health():  # Health, or the 503 response
         d = get_driver()
         if d is None or not d.is_alive:
             return not_ready().response()
@@ -33,4 +32,6 @@ def add_health_routes(app: FastAPI, get_driver: Callable[[], EngineDriver | None
         "/health", health, methods=["GET"], response_model=Health,
         responses=HEALTH_RESPONSES, tags=["health"],
     )  # fmt: skip
-    app.add_api_route("/healthz", health, methods=["GET"], include_in_schema=False)
+    app.add_api_route(
+        "/healthz", health, methods=["GET"], response_model=Health, include_in_schema=False
+    )
