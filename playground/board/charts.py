@@ -66,10 +66,12 @@ def _spec(title: str, traces: list[dict], height: int = 260, **layout) -> dict:
 
 
 def step_axis(x: list[int]) -> dict:
-    """The x axis of a per-step chart over the steps `x`: an explicit range, so a new run (or
-    a chart with nothing to draw yet) never keeps the previous run's axis."""
-    lo, hi = (x[0], x[-1]) if x else (0, 1)
-    return {"title": {"text": "step"}, "range": [lo - 0.5, hi + 0.5], "autorange": False}
+    """The x axis of a per-step chart over the steps `x`: autoranged over what is drawn (the
+    layout stays the same from refresh to refresh, so a visitor's zoom stays: uirevision);
+    with nothing to draw yet an explicit range, so a new run never keeps the last one's."""
+    if x:
+        return {"title": {"text": "step"}, "autorange": True}
+    return {"title": {"text": "step"}, "range": [-0.5, 1.5], "autorange": False}
 
 
 def stepped_scale(palette: list[str]) -> list:
