@@ -57,8 +57,8 @@ async def serve(request: Request, body_cls, served: ServedModel, options: Servin
     try:
         d = served.ready()
         body = await parse(request, body_cls, options.strict_request_fields)
-        check_max_logprobs(body, options.max_logprobs)
         model = served.check(d, body.model)
+        check_max_logprobs(body, options.max_logprobs)
         try:
             jobs = await asyncio.to_thread(prepare_all, d, body, model, options)
             handles = await _submit_all(d, jobs, client_owner(request))
