@@ -13,6 +13,7 @@ by side (written to bench/out/serve.md with --output-md).
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -150,7 +151,7 @@ def parse_args():
 def main():
     args = parse_args()
     args.log_dir.mkdir(parents=True, exist_ok=True)
-    start = time.time()
+    start, load = time.time(), os.getloadavg()
     results = {system: run_system(system, args) for system in args.systems}
     lines = table(results, args)
     print("\n".join(lines))
@@ -163,9 +164,9 @@ def main():
         note = (f"`make bench-serve`, {when}, commit {commit}: vLLM's `vllm bench serve` "
                 f"(openai-chat, {args.num_prompts} prompts, {args.input_len} in / "
                 f"{args.output_len} out, --ignore-eos) against {against}; "
-                f"{time.time() - start:.0f} s in all. The machine (2 cores) was shared with "
-                "other work while it ran: absolute numbers are noisy, compare the systems "
-                "side by side.")  # fmt: skip
+                f"{time.time() - start:.0f} s in all, load average {load[0]:.1f} at the start "
+                f"and {os.getloadavg()[0]:.1f} at the end (2 cores): compare the systems side by "
+                "side.")  # fmt: skip
         args.output_md.write_text("# Serving: vLLM's own benchmark client\n\n" + note + "\n\n"
                                   + "\n".join(lines) + "\n")  # fmt: skip
     if failed:
