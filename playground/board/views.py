@@ -42,8 +42,9 @@ class FigureCache:
             return self._plots, dict(self._revisions)
 
 
-def _figures(state: BoardState) -> dict[str, str]:
-    """Every chart of the board, as the figure JSON plotly.js draws (built without go.Figure)."""
+def _figures(state: BoardState, rid: str | None = None) -> dict[str, str]:
+    """Every chart of the board, as the figure JSON plotly.js draws (built without go.Figure);
+    the block table is `rid`'s (else the board's pick)."""
     if remote.is_remote(state):
         return {k: charts.as_json(v) for k, v in remote.figures(state).items()}
     snap = state.snapshot
@@ -54,7 +55,7 @@ def _figures(state: BoardState) -> dict[str, str]:
         "timeline": charts.timeline_spec(snap, labels),
         "kv": kv_map.kv_block_spec(snap, colours),
         "slots": slots.slots_spec(snap, labels, colours),
-        "blocks": block_table.block_table_spec(snap, None, labels),
+        "blocks": block_table.block_table_spec(snap, rid, labels),
         "steptime": step_cost.step_cost_spec(snap),
         "waiting": charts.waiting_reason_spec(snap),
         "stops": charts.stop_reason_spec(snap),
