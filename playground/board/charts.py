@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 
 from engine import WaitingReason
 from engine.telemetry import EngineSnapshot
+from playground.board.per_step import per_step
 from playground.teaching.why import WAITING_COLOURS, state_cost
 
 STATUS_COLOURS = {"waiting": "#f59e0b", "running": "#3b82f6", "finished": "#10b981"}
@@ -302,6 +303,7 @@ def throughput_spec(snap: EngineSnapshot, title: str = "Tokens per second") -> d
                    hovermode="x unified")  # fmt: skip
 
 
+@per_step
 def _num_generated(record) -> int:
     """Tokens sampled in a step: one per decode, one per prompt that completed its prefill."""
     return record.num_decode_tokens + sum(e.kind == "prefill_done" for e in record.events)

@@ -4,11 +4,29 @@ step the engine ran (its StepRecord.duration), none is modelled."""
 
 import statistics
 
-from engine.telemetry import EngineSnapshot
+from engine.telemetry import EngineSnapshot, StepRecord
 from playground.board.charts import PHASE_COLOURS, _spec
+from playground.board.per_step import per_step
 
 MIXED_COLOUR = "rgba(139, 92, 246, 0.45)"  # steps that also prefilled: not pure decode
 MEDIAN_COLOUR = "#0f172a"
+HOVER = ("step %{customdata[0]}: %{x} sequences, %{customdata[1]} prefill + "
+         "%{customdata[2]} decode tokens: %{y:.1f} ms<extra></extra>")  # fmt: skip
+
+
+@per_step
+def _point(r: StepRecord) -> tuple | None:
+    """(trace, batch size, ms, hover data) of a step that did work; the hover's words are
+    plotly's (customdata), so no string is built per step."""
+    if not r.num_tokens:
+        return None
+    data = (r.step, r.num_prefill_tokens, r.num_decode_tokens)
+    return (
+        "with prefill" if r.num_prefill_tokens else "decode",
+        r.num_seqs,
+        round(r.duration * 1000, 2),
+        data,
+    )
 
 
 def decode_medians(snap: EngineSnapshot) -> dict[int, float]:
@@ -32,21 +50,19 @@ def step_cost_spec(snap: EngineSnapshot, title: str = "Step time against batch s
     """Every step kept as a dot (x: sequences in the batch, y: ms); decode-only steps blue,
     steps that also prefilled purple, the median decode step per batch size as a line."""
     points = {"decode": ([], [], []), "with prefill": ([], [], [])}
-    for r in snap.steps:
-        if not r.num_tokens:
-            continue
-        x, y, text = points["with prefill" if r.num_prefill_tokens else "decode"]
-        x.append(r.num_seqs)
-        y.append(round(r.duration * 1000, 2))
-        text.append(f"step {r.step}: {r.num_seqs} sequences, {r.num_prefill_tokens} prefill + "
-                    f"{r.num_decode_tokens} decode tokens")  # fmt: skip
+    for point in map(_point, snap.steps):
+        if point is not None:
+            x, y, data = points[point[0]]
+            x.append(point[1])
+            y.append(point[2])
+            data.append(point[3])
     medians = decode_medians(snap)
     colours = {"decode": PHASE_COLOURS["decode"], "with prefill": MIXED_COLOUR}
     traces = [
         {"type": "scatter", "mode": "markers", "name": f"{name} step", "x": x, "y": y,
-         "text": text, "marker": {"color": colours[name], "size": 5, "opacity": 0.7},
-         "hovertemplate": "%{text}: %{y:.1f} ms<extra></extra>"}
-        for name, (x, y, text) in points.items()
+         "customdata": data, "marker": {"color": colours[name], "size": 5, "opacity": 0.7},
+         "hovertemplate": HOVER}
+        for name, (x, y, data) in points.items()
     ]  # fmt: skip
     traces.append(
         {"type": "scatter", "mode": "lines+markers", "name": "median decode step",
