@@ -270,14 +270,18 @@ def render_stats(state: BoardState) -> str:
 
 
 # -- the narrated step log ------------------------------------------------------------------
-def narrate_steps(steps, labels: dict[str, str] | None = None) -> list[str]:
+def narrate_steps(
+    steps, labels: dict[str, str] | None = None, last: int | None = None
+) -> list[str]:
     """One plain sentence per step, oldest first, e.g.
     'step 42: admitted req-7 (183 tokens, 0 cached), req-7 prefill chunk 1 (64/183 tokens),
-    5 decoding, req-3 finished: stop_word'."""
+    5 decoding, req-3 finished: stop_word'. `last`: only the last steps' sentences (the
+    chunks of the steps before them are still counted)."""
     labels = labels or {}
-    chunks: dict[str, int] = {}
+    first = 0 if last is None else max(0, len(steps) - last)
+    chunks = _chunks_before(steps[:first])
     lines = []
-    for rec in steps:
+    for rec in steps[first:]:
         parts = []
         for e in rec.events:
             who = labels.get(e.request_id, e.request_id)
@@ -306,9 +310,22 @@ def narrate_steps(steps, labels: dict[str, str] | None = None) -> list[str]:
     return lines
 
 
+def _chunks_before(steps) -> dict[str, int]:
+    """Request -> prefill chunks it had run by the end of `steps`, for a prompt still in
+    prefill."""
+    chunks: dict[str, int] = {}
+    for rec in steps:
+        for e in rec.events:
+            if e.kind == "prefill_chunk":
+                chunks[e.request_id] = chunks.get(e.request_id, 0) + 1
+            elif e.kind == "prefill_done":
+                chunks.pop(e.request_id, None)
+    return chunks
+
+
 def render_step_log(state: BoardState, me: str | None = None, limit: int = 60) -> str:
     snap = state.snapshot
-    lines = narrate_steps(snap.steps, request_labels(state, me))[-limit:]
+    lines = narrate_steps(snap.steps, request_labels(state, me), last=limit)
     return render_log(lines, "No steps yet: start a preset or send a prompt.")
 
 

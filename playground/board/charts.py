@@ -7,11 +7,13 @@ array and costs ~2 ms a chart, the dict costs ~0.2 ms. A tiny template of our ow
 the stock one, which would add ~10 kB of theme JSON to every chart.
 """
 
+import numpy as np
 import orjson
 import plotly.graph_objects as go
 
 from engine import WaitingReason
 from engine.telemetry import EngineSnapshot
+from playground.board.per_step import per_step
 from playground.teaching.why import WAITING_COLOURS, state_cost
 
 STATUS_COLOURS = {"waiting": "#f59e0b", "running": "#3b82f6", "finished": "#10b981"}
@@ -275,18 +277,16 @@ def latency_spec(snap: EngineSnapshot, title: str = "Latency") -> dict:
 def throughput_spec(snap: EngineSnapshot, title: str = "Tokens per second") -> dict:
     """Rolling generated and prompt tokens per second of wall time (pauses included)."""
     steps = snap.steps[-MAX_CHART_STEPS:]
-    gen_sum, pre_sum = [0], [0]  # prefix sums: each window costs O(1)
-    for r in steps:
-        gen_sum.append(gen_sum[-1] + _num_generated(r))
-        pre_sum.append(pre_sum[-1] + r.num_prefill_tokens)
     x, gen, pre = [], [], []
-    for i, r in enumerate(steps):
-        j = max(0, i - THROUGHPUT_WINDOW + 1)
-        span = r.start + r.duration - steps[j].start
-        if span > 0:
-            x.append(r.step)
-            gen.append(round((gen_sum[i + 1] - gen_sum[j]) / span, 2))
-            pre.append(round((pre_sum[i + 1] - pre_sum[j]) / span, 2))
+    if steps:  # one array op per column, not a Python loop per step (redrawn every version)
+        cols = np.array([_throughput_row(r) for r in steps])  # (steps, 5)
+        sums = np.vstack([np.zeros((1, 2)), np.cumsum(cols[:, 3:], axis=0)])  # prefix sums
+        i = np.arange(len(steps))
+        j = np.maximum(0, i - THROUGHPUT_WINDOW + 1)  # each window's first step
+        span = cols[:, 2] - cols[j, 1]
+        ok = span > 0
+        rates = np.round((sums[i + 1] - sums[j])[ok] / span[ok, None], 2)  # (kept, 2)
+        x, gen, pre = cols[ok, 0].astype(int).tolist(), *rates.T.tolist()
     traces = [
         {"type": "scatter", "mode": "lines", "name": "generated", "x": x, "y": gen,
          "line": {"color": "#10b981", "width": 2}},
@@ -305,6 +305,12 @@ def throughput_spec(snap: EngineSnapshot, title: str = "Tokens per second") -> d
 def _num_generated(record) -> int:
     """Tokens sampled in a step: one per decode, one per prompt that completed its prefill."""
     return record.num_decode_tokens + sum(e.kind == "prefill_done" for e in record.events)
+
+
+@per_step
+def _throughput_row(r) -> tuple:
+    """(step, start, end, generated tokens, prompt tokens) of one step."""
+    return r.step, r.start, r.start + r.duration, _num_generated(r), r.num_prefill_tokens
 
 
 def _ms(v: float | None) -> str:

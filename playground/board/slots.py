@@ -11,6 +11,7 @@ done, continuous batching refills them at once.
 
 from engine.telemetry import EngineSnapshot, StepRecord
 from playground.board.charts import _spec, step_axis, stepped_scale
+from playground.board.per_step import per_step
 
 MAX_SLOT_STEPS = 64  # columns drawn: the latest steps
 MAX_SLOTS = 32  # rows drawn at most
@@ -35,16 +36,24 @@ def batches(
     ]  # fmt: skip
     out = []
     for record in steps:
-        prefill = [e.request_id for e in record.events
-                   if e.kind in ("prefill_chunk", "prefill_done")]  # fmt: skip
-        out_now = {e.request_id for e in record.events if e.kind in ("preempted", "aborted")}
-        decode = [rid for rid in decoding if rid not in out_now and rid not in prefill]
-        out.append((record, list(dict.fromkeys(prefill)), decode))
-        done = {e.request_id for e in record.events if e.kind in LEAVES}
-        joined = [e.request_id for e in record.events if e.kind == "prefill_done"]
-        decoding = [rid for rid in [*decoding, *joined] if rid not in done]
-        decoding = list(dict.fromkeys(decoding))
+        prefill, skipped, done, joined = _moves(record)
+        decode = [rid for rid in decoding if rid not in skipped]
+        out.append((record, prefill, decode))
+        if done or joined:
+            decoding = list(dict.fromkeys(rid for rid in [*decoding, *joined] if rid not in done))
     return out
+
+
+@per_step
+def _moves(record: StepRecord) -> tuple[list[str], set[str], set[str], list[str]]:
+    """What a step's events say about its batch: (the requests it prefilled, those that did
+    not decode in it (prefilled, preempted or aborted), those that left, those that joined)."""
+    prefill = list(dict.fromkeys(e.request_id for e in record.events
+                                 if e.kind in ("prefill_chunk", "prefill_done")))  # fmt: skip
+    skipped = {e.request_id for e in record.events if e.kind in ("preempted", "aborted")}
+    done = {e.request_id for e in record.events if e.kind in LEAVES}
+    joined = [e.request_id for e in record.events if e.kind == "prefill_done"]
+    return prefill, skipped | set(prefill), done, joined
 
 
 def slot_grid(snap: EngineSnapshot) -> tuple[list[int], list[list[tuple[str, str] | None]]]:

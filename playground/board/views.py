@@ -29,21 +29,38 @@ class FigureCache:
         self._version = -1
         self._plots: dict[str, str] = {}  # chart -> its figure's JSON
         self._revisions: dict[str, int] = {}
+        self._tables: dict[str, str] = {}  # request -> its block table's JSON, this version
+
+    def block_table(self, state: BoardState, rid: str) -> str:
+        """The block table of `rid` in this version, built once for every session inspecting
+        it."""
+        with self._lock:
+            if state.version != self._version:
+                self._refresh(state)
+            if (table := self._tables.get(rid)) is None:
+                labels = cards.request_labels(state)
+                spec = block_table.block_table_spec(state.snapshot, rid, labels)
+                table = self._tables[rid] = charts.as_json(spec)
+            return table
 
     def get(self, state: BoardState) -> tuple[dict[str, str], dict[str, int]]:
         with self._lock:
             if state.version != self._version:
-                for key, plot in _figures(state).items():
-                    old = self._plots.get(key)
-                    if old != plot:
-                        self._plots[key] = plot
-                        self._revisions[key] = self._revisions.get(key, 0) + 1
-                self._version = state.version
+                self._refresh(state)
             return self._plots, dict(self._revisions)
 
+    def _refresh(self, state: BoardState) -> None:
+        for key, plot in _figures(state).items():
+            old = self._plots.get(key)
+            if old != plot:
+                self._plots[key] = plot
+                self._revisions[key] = self._revisions.get(key, 0) + 1
+        self._version, self._tables = state.version, {}
 
-def _figures(state: BoardState) -> dict[str, str]:
-    """Every chart of the board, as the figure JSON plotly.js draws (built without go.Figure)."""
+
+def _figures(state: BoardState, rid: str | None = None) -> dict[str, str]:
+    """Every chart of the board, as the figure JSON plotly.js draws (built without go.Figure);
+    the block table is `rid`'s (else the board's pick)."""
     if remote.is_remote(state):
         return {k: charts.as_json(v) for k, v in remote.figures(state).items()}
     snap = state.snapshot
@@ -54,7 +71,7 @@ def _figures(state: BoardState) -> dict[str, str]:
         "timeline": charts.timeline_spec(snap, labels),
         "kv": kv_map.kv_block_spec(snap, colours),
         "slots": slots.slots_spec(snap, labels, colours),
-        "blocks": block_table.block_table_spec(snap, None, labels),
+        "blocks": block_table.block_table_spec(snap, rid, labels),
         "steptime": step_cost.step_cost_spec(snap),
         "waiting": charts.waiting_reason_spec(snap),
         "stops": charts.stop_reason_spec(snap),
@@ -108,8 +125,7 @@ def chart_values(
     board's pick, the request with most shared and copied blocks)."""
     own = None
     if rid and not remote.is_remote(state):
-        labels = cards.request_labels(state)
-        own = {"blocks": charts.as_json(block_table.block_table_spec(state.snapshot, rid, labels))}
+        own = {"blocks": cache.block_table(state, rid)}
     return _plots(state, cache, PLOT_KEYS, sent, own)
 
 

@@ -13,36 +13,59 @@ each snapshot the board gets into one on that clock, keeping what a request's fi
 (its times, its share of the run's latency samples and preemption loss) once it finished.
 """
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import deque
 from dataclasses import replace
+from itertools import takewhile
 
 from engine import EngineSnapshot
 from engine.telemetry import MAX_LATENCY_SAMPLES, RequestState, StepRecord, percentile
 
 
 class BusyClock:
-    """Wall time (time.monotonic()) -> engine-busy seconds since the engine started."""
+    """Wall time (time.monotonic()) -> engine-busy seconds since the engine started.
 
-    __slots__ = ("_before", "_durations", "_starts", "end")
+    Kept per step: its start, its busy duration (0 for a step that did no work) and the busy
+    seconds before it, as an offset plus a running sum from the clock's first step, so a
+    later window of the same engine only appends its new steps and drops its old ones
+    (`advance`) instead of summing the whole window again."""
+
+    __slots__ = ("_cum", "_durations", "_numbers", "_offset", "_starts", "end")
 
     def __init__(self, steps: tuple[StepRecord, ...], elapsed_busy: float):
-        self._starts = [s.start for s in steps]
-        self._durations = [s.duration if s.num_tokens else 0.0 for s in steps]
-        busy = max(0.0, elapsed_busy - sum(self._durations))  # before the window
-        self._before = []
-        for duration in self._durations:
-            self._before.append(busy)
-            busy += duration
-        self.end = busy  # at the end of the last step
+        self._numbers, self._starts, self._durations, self._cum = [], [], [], []
+        self.advance(steps, elapsed_busy)
+
+    def advance(self, steps: tuple[StepRecord, ...], elapsed_busy: float) -> None:
+        """In place: the clock of `steps`, a window that follows on from this one (else it is
+        built afresh): steps newer than its last are appended, older than the window's first
+        dropped; the window starts at elapsed_busy less the window's busy seconds."""
+        numbers = self._numbers
+        if steps and numbers and steps[0].step >= numbers[0] and steps[-1].step >= numbers[-1]:
+            new = newer_than(steps, numbers[-1])
+            drop = bisect_left(numbers, steps[0].step)
+        else:
+            new, drop = steps, len(numbers)
+        for name in ("_numbers", "_starts", "_durations", "_cum"):
+            del getattr(self, name)[:drop]
+        total = self._cum[-1] + self._durations[-1] if self._cum else 0.0
+        for s in new:
+            numbers.append(s.step)
+            self._starts.append(s.start)
+            self._durations.append(s.duration if s.num_tokens else 0.0)
+            self._cum.append(total)
+            total += self._durations[-1]
+        first = self._cum[0] if self._cum else 0.0
+        self._offset = max(0.0, elapsed_busy - (total - first)) - first  # before the window
+        self.end = self._offset + total  # at the end of the last step
 
     def at(self, t: float | None) -> float | None:
         if t is None:
             return None
         i = bisect_right(self._starts, t) - 1
         if i < 0:
-            return self._before[0] if self._before else 0.0
-        return self._before[i] + min(max(t - self._starts[i], 0.0), self._durations[i])
+            return self._offset + self._cum[0] if self._cum else 0.0
+        return self._offset + self._cum[i] + min(max(t - self._starts[i], 0.0), self._durations[i])
 
     def request(self, r: RequestState) -> RequestState:
         """`r` with its times and its preemption loss on this clock."""
@@ -56,6 +79,11 @@ class BusyClock:
             preempted_spans=spans,
             preemption_time_lost=sum(b - a for a, b in spans),
         )
+
+
+def newer_than(steps: tuple[StepRecord, ...], number: int) -> list[StepRecord]:
+    """The steps after step `number`, oldest first (only those are looked at)."""
+    return list(takewhile(lambda s: s.step > number, reversed(steps)))[::-1]
 
 
 def ttft(r: RequestState) -> float | None:
@@ -116,14 +144,20 @@ class BusyTime:
 
     def _window(self, snap: EngineSnapshot) -> tuple[BusyClock, tuple[StepRecord, ...]]:
         """The clock of the snapshot's step window and its steps on it; the last ones again
-        while no step ran since (the board is published more often than the engine steps)."""
+        while no step ran since (the board is published more often than the engine steps).
+        A step converted once keeps its conversion: only the new steps are converted."""
         key = (snap.steps[-1].step, len(snap.steps), snap.totals.elapsed_busy)
         if key != self._key:
-            clock = BusyClock(snap.steps, snap.totals.elapsed_busy)
-            steps = {s.step: self._steps.get(s.step) or replace(s, start=clock.at(s.start))
-                     for s in snap.steps}  # fmt: skip
-            self._key, self._clock, self._steps = key, clock, steps
-            self._step_tuple = tuple(steps.values())
+            if self._clock is None:
+                self._clock = BusyClock(snap.steps, snap.totals.elapsed_busy)
+            else:
+                self._clock.advance(snap.steps, snap.totals.elapsed_busy)
+            steps, first = self._steps, snap.steps[0].step
+            for number in [n for n in steps if n < first or n > snap.steps[-1].step]:
+                del steps[number]
+            for s in newer_than(snap.steps, next(reversed(steps)) if steps else -1):
+                steps[s.step] = replace(s, start=self._clock.at(s.start))
+            self._key, self._step_tuple = key, tuple(steps.values())
         return self._clock, self._step_tuple
 
     def _finished(self, r: RequestState) -> RequestState:

@@ -39,13 +39,17 @@ def rewound_state(live: BoardState, snap: EngineSnapshot, users: tuple) -> Board
 
 
 def rewound_figures(
-    state: BoardState, window: tuple[int, int], live_end: float | None = None
+    state: BoardState,
+    window: tuple[int, int],
+    live_end: float | None = None,
+    rid: str | None = None,
 ) -> dict[str, str]:
     """Every chart of a rewound state, step `state.snapshot.step` marked; `window` is the
     (oldest, newest) step the history keeps, `live_end` the end of the newest step
-    (time.monotonic()): the timeline's axis reaches it, so its cursor shows where step k is."""
+    (time.monotonic()): the timeline's axis reaches it, so its cursor shows where step k is.
+    The block table is of `rid`, the request the session inspects, as it was then."""
     snap = state.snapshot
-    figures = {k: orjson.loads(v) for k, v in _figures(state).items()}
+    figures = {k: orjson.loads(v) for k, v in _figures(state, rid).items()}
     for key in STEP_CHARTS:
         if key in figures:
             _cursor(figures[key], snap.step, (window[0] - 0.5, window[1] + 0.5))

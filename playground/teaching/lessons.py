@@ -41,6 +41,7 @@ class Lesson:
     evidence: Callable[[BoardState], Measuring | Verdict]
     explanation: str  # shown after the verdict
     chart: str  # the title of the chart that shows it
+    plot: str  # that chart's key on the page (#pg-plot-<plot>): drawn first while it is open
 
     def answer_text(self, key: str | None) -> str:
         return dict(self.answers).get(key, "")
@@ -114,6 +115,7 @@ LESSONS: dict[str, Lesson] = {
             "each user leaves the batch at its own step (short answers first, cancellations "
             "at once) while the others keep decoding.",
             "Queues over time",
+            "queue",
         ),  # fmt: skip
         Lesson(
             "long_vs_short",
@@ -128,6 +130,7 @@ LESSONS: dict[str, Lesson] = {
             "several steps, and each step first gives the running chats their decode tokens: "
             "the prefill (purple) and the decodes (blue) share the same bars.",
             "Tokens per step",
+            "batch",
         ),  # fmt: skip
         Lesson(
             "kv_pressure",
@@ -144,6 +147,7 @@ LESSONS: dict[str, Lesson] = {
             "front of the queue and computes its tokens again once admitted. The red marks "
             "and the victims' cards show what it cost.",
             "Request timeline",
+            "timeline",
         ),  # fmt: skip
         Lesson(
             "prefix_cache",
@@ -155,6 +159,7 @@ LESSONS: dict[str, Lesson] = {
             "prefix cache, and every later request with the same prefix finds them there: "
             "only its own question is prefilled (the short prefill bars).",
             "Tokens per step",
+            "batch",
         ),
         Lesson(
             "vip_users",
@@ -170,6 +175,7 @@ LESSONS: dict[str, Lesson] = {
             "take seats at once and the preempted regulars wait again (their cards say how "
             "long).",
             "Request timeline",
+            "timeline",
         ),  # fmt: skip
         Lesson(
             "beam_search",
@@ -184,6 +190,7 @@ LESSONS: dict[str, Lesson] = {
             "(dark cells: shared) and copies only the partly filled last one when it writes "
             "to it (orange: copy-on-write); a pruned beam gives its blocks back at once.",
             "KV blocks",
+            "kv",
         ),  # fmt: skip
         Lesson(
             "static_vs_continuous",
@@ -199,6 +206,7 @@ LESSONS: dict[str, Lesson] = {
             "answers hold their seats until the longest one finishes; continuous batching "
             "refills a seat in the step it frees.",
             "Queues over time (static and continuous)",
+            "cmp_queue0",
         ),  # fmt: skip
     )
 }
@@ -227,12 +235,15 @@ def render_lesson(state: BoardState, key: str | None, guess: str | None, run: in
     if guess is None:
         runs = f'<div class="pg-lesson-runs">{esc(what_runs(lesson.scenario))}</div>'
         pick = '<div class="pg-muted">Pick an answer: the run starts when you do.</div>'
-        return f'<div class="pg-lesson">{head}{runs}{pick}</div>'
+        return f'<div class="pg-lesson" data-chart="{lesson.plot}">{head}{runs}{pick}</div>'
     found = book.result(lesson, state, state.run if run is None else run)
     said = f"your guess: <b>{esc(lesson.answer_text(guess))}</b>" if guess else "no guess"
     you = f'<div class="pg-lesson-you">{said}</div>'
     body = _result(lesson, found, guess)
-    return f'<div class="pg-lesson pg-lesson-answered">{head}{you}{body}</div>'
+    return (
+        f'<div class="pg-lesson pg-lesson-answered" data-chart="{lesson.plot}">'
+        f"{head}{you}{body}</div>"
+    )
 
 
 def _result(lesson: Lesson, found: Result, guess: str) -> str:

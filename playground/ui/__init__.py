@@ -149,10 +149,11 @@ def _wire_rewind(board_cb: BoardCallbacks, rb: RewindBar, tp: TracePanel, r: Ref
     cb = board_cb.replays
     hidden = dict(show_progress="hidden", queue=False, **PRIVATE)
     shown = [rb.at, rb.note, top.stats, board, tabs.log, r.figures, r.sent]
-    rb.slider.input(cb.show_step, rb.slider, shown, trigger_mode="always_last", **hidden)
-    rb.back.click(cb.step_back, [rb.at, rb.slider], [rb.slider, *shown], **hidden)
-    rb.forward.click(cb.step_forward, [rb.at, rb.slider], [rb.slider, *shown], **hidden)
-    rb.live.click(cb.go_live, None, [rb.at, rb.note, rb.slider, top.stats, board, tabs.log,
-                                     r.figures, r.sent], **hidden)  # fmt: skip
+    rid = tabs.inspect_rid  # the block table shows the request the session inspects
+    rb.slider.input(cb.show_step, [rb.slider, rid], shown, trigger_mode="always_last", **hidden)
+    rb.back.click(cb.step_back, [rb.at, rb.slider, rid], [rb.slider, *shown], **hidden)
+    rb.forward.click(cb.step_forward, [rb.at, rb.slider, rid], [rb.slider, *shown], **hidden)
+    rb.live.click(cb.go_live, rid, [rb.at, rb.note, rb.slider, top.stats, board, tabs.log,
+                                    r.figures, r.sent], **hidden)  # fmt: skip
     tp.export.click(cb.export, None, tp.files, **PRIVATE)
     tp.run.click(board_cb.run_replay, [tp.upload, tp.mode], [tp.status, c.pause], **PRIVATE)

@@ -81,9 +81,9 @@ class RewindCallbacks:
     def __init__(self, driver: EngineDriver, cache):
         self.driver, self.cache = driver, cache
 
-    def show_step(self, step, request: gr.Request):
-        """The board as after `step` (this session only): [at, note, stats, board, log,
-        figures, sent]."""
+    def show_step(self, step, rid: str | None, request: gr.Request):
+        """The board as after `step` (this session only), the block table of `rid`, the
+        request it inspects: [at, note, stats, board, log, figures, sent]."""
         history = self.driver.history
         window = history.steps()
         frame = history.frame(int(step)) if window else None
@@ -95,32 +95,32 @@ class RewindCallbacks:
         me = cards.visitor_owner(request.session_hash)
         text = board_values(state, me, None, ())
         steps = live.snapshot.steps
-        figures = rewound_figures(state, window, steps[-1].start + steps[-1].duration if steps
-                                  else None)  # fmt: skip
+        end = steps[-1].start + steps[-1].duration if steps else None
+        figures = rewound_figures(state, window, end, rid)
         payload = "{" + ",".join(f'"{k}":{v}' for k, v in figures.items()) + "}"
         note = rewind_note(snap.step, window, history.nbytes(), len(history))
         return [snap.step, note, text[0], text[1], text[2], payload, {}]
 
-    def step_back(self, at, slider, request: gr.Request):
-        return self._step_by(at, slider, -1, request)
+    def step_back(self, at, slider, rid: str | None, request: gr.Request):
+        return self._step_by(at, slider, -1, rid, request)
 
-    def step_forward(self, at, slider, request: gr.Request):
-        return self._step_by(at, slider, 1, request)
+    def step_forward(self, at, slider, rid: str | None, request: gr.Request):
+        return self._step_by(at, slider, 1, rid, request)
 
-    def _step_by(self, at, slider, delta: int, request: gr.Request):
+    def _step_by(self, at, slider, delta: int, rid: str | None, request: gr.Request):
         """One step from the one shown (from the newest, if live): [slider, *show_step]."""
         window = self.driver.history.steps()
         if window is None:
             return [gr.skip()] * 8
         step = min(window[1], max(window[0], int(at if at is not None else slider) + delta))
-        return [gr.Slider(value=step), *self.show_step(step, request)]
+        return [gr.Slider(value=step), *self.show_step(step, rid, request)]
 
-    def go_live(self, request: gr.Request):
+    def go_live(self, rid: str | None, request: gr.Request):
         """Back to the live board: [at, note, slider, stats, board, log, figures, sent]."""
         state, window = self.driver.state(), self.driver.history.steps()
         me = cards.visitor_owner(request.session_hash)
         text = board_values(state, me, None, ())
-        sent, figures = chart_values(state, self.cache, {})
+        sent, figures = chart_values(state, self.cache, {}, rid)
         return [None, live_note(window), slider_update(window), text[0], text[1], text[2],
                 figures, sent]  # fmt: skip
 

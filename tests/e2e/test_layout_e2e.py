@@ -1,7 +1,7 @@
 """End to end, in chromium, on a tiny random model (fast; the layout is what is measured): the
 board stays still while a preset runs (cards, lesson and every chart keep their boxes over
 20 ticks), a phone sees the question after a preset tap and one chart per row, a projector
-fits the question, the cards and a row of charts."""
+fits the question, the cards and the chart the lesson is about."""
 
 import time
 
@@ -42,9 +42,9 @@ def _open(browser, server, width: int, height: int):
     return page
 
 
-def _start_preset(page) -> None:
+def _start_preset(page, preset: str = PRESET) -> None:
     """A preset's question, then its first answer: the run starts."""
-    page.get_by_role("button", name=PRESET).click()
+    page.get_by_role("button", name=preset).click()
     page.wait_for_selector("#pg-answer-0", state="visible", timeout=30_000)
     page.click("#pg-answer-0")
     page.wait_for_selector("#pg-answer-0", state="hidden", timeout=30_000)
@@ -92,17 +92,31 @@ def test_a_phone_sees_the_question_and_a_chart_per_row(server, browser):
         page.close()
 
 
-def test_a_projector_fits_the_question_the_cards_and_a_row_of_charts(server, browser):
+# What a projector must show at once: the question, the cards and the chart the lesson is
+# about (the lesson panel names it, data-chart); each box's top and bottom, page coordinates.
+ON_SCREEN = """() => { const chart = document.querySelector('#pg-lesson-panel .pg-lesson')
+        .dataset.chart;
+    return [chart, Object.fromEntries(['#pg-lesson-panel .pg-lesson-q', '#pg-board .pg-cards',
+        `#pg-plot-${chart}`].map(s => { const r = document.querySelector(s)
+            .getBoundingClientRect();
+        return [s, [r.top + window.scrollY, r.bottom + window.scrollY]] }))] }"""
+
+
+@pytest.mark.parametrize(
+    "preset, chart",
+    [("KV pressure", "timeline"), ("Beam search", "kv"), ("Chat burst", "queue")],
+)
+def test_a_projector_fits_the_question_the_cards_and_the_lessons_chart(
+    server, browser, preset, chart, tmp_path
+):
     page = _open(browser, server, 1280, 720)
     try:
-        _start_preset(page)
-        page.wait_for_selector("#pg-plot-queue .js-plotly-plot .main-svg", timeout=30_000)
+        _start_preset(page, preset)
+        page.wait_for_selector(f"#pg-plot-{chart} .js-plotly-plot .main-svg", timeout=30_000)
         page.wait_for_timeout(1200)  # charts.js has drawn them projector-short
-        bottoms = page.evaluate(
-            """() => ['#pg-lesson-panel', '#pg-board .pg-cards', '#pg-plot-queue',
-                      '#pg-plot-batch'].map(s => document.querySelector(s)
-                      .getBoundingClientRect().bottom + window.scrollY)"""
-        )
-        assert max(bottoms) <= 720, bottoms
+        page.screenshot(path=tmp_path / f"projector-{chart}.png")
+        named, boxes = page.evaluate(ON_SCREEN)
+        assert named == chart
+        assert all(0 <= top < bottom <= 720 for top, bottom in boxes.values()), boxes
     finally:
         page.close()

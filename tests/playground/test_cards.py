@@ -108,6 +108,7 @@ def test_narrated_step_log():
     )
     assert "req-7 prefill done (183/183 tokens, 3 chunks)" in lines[2]
     assert "req-5 preempted" in lines[2]
+    assert cards.narrate_steps(steps, {"req-3": "req-3 · Ada"}, last=2) == lines[1:]
     beams = cards.narrate_steps(
         [step(44, events=[("beams", "req-7", "forked beam 3 from 1, pruned 2")])]
     )

@@ -59,6 +59,16 @@ def _watch(driver, key, workload, limit_s=60.0, **knobs):
     return first, lesson.evidence(final), final
 
 
+def _assert_answers_only(state):
+    """The users' cards hold answers: no chat-template turn ("user", "assistant" lines)."""
+    texts = [r.text for r in state.records if r.owner.startswith("user:") and r.text]
+    assert texts
+    turns = [
+        t for t in texts if {"user", "assistant", "system"} & {x.strip() for x in t.split("\n")}
+    ]
+    assert not turns, turns[:2]
+
+
 def _events(state, kind):
     return [(s.step, e) for s in state.snapshot.steps for e in s.events if e.kind == kind]
 
@@ -96,6 +106,7 @@ def test_kv_pressure(real_driver):
     assert (first.step, n["request"]) == (step, victim)
     at = next(s for s in final.snapshot.steps if s.step == step)
     assert (n["running"], n["free"]) == (at.num_running, at.kv_blocks_free)
+    _assert_answers_only(final)  # fixed lengths (ignore_eos) without the next turn's text
 
 
 def test_prefix_cache(real_driver):
@@ -119,6 +130,7 @@ def test_vip_users(real_driver):
     preempted = [s for s, _ in _events(final, "preempted") if n["arrived"] <= s <= first.step]
     assert len(preempted) == n["preempted"]
     assert first.answer == ("preempt" if n["preempted"] and n["wait"] <= 2 else "queue")
+    _assert_answers_only(final)
 
 
 def test_beam_search(real_driver):
@@ -136,3 +148,4 @@ def test_static_vs_continuous(real_driver):
     cont, static = (final.stats[lane] for lane in final.lanes)
     assert first.step == max(cont.finish_step, static.finish_step)
     assert dict(first.numbers)["ratio"] == static.finish_busy_s / cont.finish_busy_s
+    _assert_answers_only(final)

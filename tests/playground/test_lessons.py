@@ -5,10 +5,13 @@ it next to the guess, or says why the run was inconclusive."""
 from dataclasses import replace
 
 from engine.telemetry import Totals
+from playground.board.compare import COMPARE_KEYS
 from playground.board.state import LaneStats
+from playground.board.views import PLOT_KEYS
 from playground.handles import RequestRecord
 from playground.teaching.evidence import Measuring, Verdict
 from playground.teaching.lessons import LESSONS, VerdictBook, render_lesson
+from playground.ui.widgets import ASSETS
 from playground.workload.scenarios import SCENARIOS
 from tests.playground.boards import busy_board, request, snapshot, step
 
@@ -33,6 +36,19 @@ def test_every_preset_opens_with_a_question_of_two_or_three_answers():
         assert lesson.question.endswith("?") and 2 <= len(lesson.answers) <= 3
         assert len({k for k, _ in lesson.answers}) == len(lesson.answers)
         assert lesson.explanation and lesson.chart
+
+
+def test_the_panel_names_its_chart_and_the_page_draws_that_chart_first():
+    """A lesson's chart is one the page has; a board chart has a rule in style.css that puts
+    its row first while the lesson is open (compare charts are the main view already)."""
+    css = (ASSETS / "style.css").read_text(encoding="utf-8")
+    board = busy_board(num_users=2, num_steps=1)
+    for key, lesson in LESSONS.items():
+        assert lesson.plot in (*PLOT_KEYS, *COMPARE_KEYS)
+        first = f'[data-chart="{lesson.plot}"]) .pg-plot-row:has(#pg-plot-{lesson.plot})'
+        assert lesson.plot in COMPARE_KEYS or first in css, lesson.plot
+        for guess in (None, ""):
+            assert f'data-chart="{lesson.plot}"' in render_lesson(board, key, guess)
 
 
 def test_a_verdicts_words_are_its_numbers():

@@ -26,7 +26,8 @@ def test_points_are_the_measured_step_durations():
     assert decode["y"] == [10.0, 12.0, 50.0, 16.0]
     assert mixed["x"] == [2, 9] and mixed["y"] == [30.0, 40.0]
     assert median["x"] == [2, 8] and median["y"] == [12.0, 16.0]
-    assert "step 5: 9 sequences, 16 prefill + 8 decode tokens" in mixed["text"]
+    assert (5, 16, 8) in mixed["customdata"]  # hover: step 5: 9 sequences, 16 prefill + 8 decode
+    assert "step %{customdata[0]}: %{x} sequences" in mixed["hovertemplate"]
     title = spec["layout"]["title"]["text"]
     assert "batch 2 → 8: 4.0× the tokens in 1.3× the time" in title
 

@@ -13,14 +13,16 @@ def test_the_markers_come_from_the_chat_template(default_model):
     assert set(names) == {"<|im_start|>", "<|im_end|>"}  # the bundled model's ChatML turns
 
 
-def test_a_chat_stops_at_them_but_a_fixed_length_answer_does_not(default_model):
+def test_a_chat_stops_at_them_and_a_fixed_length_answer_never_writes_them(default_model):
     tokenizer = default_model[1]
     params = stop_at_turns(SamplingParams(max_tokens=8, stop_token_ids=[5]), tokenizer)
     assert params.stop_token_ids[0] == 5 and set(turn_marker_ids(tokenizer)) <= set(
         params.stop_token_ids
     )
-    fixed = SamplingParams(max_tokens=8, ignore_eos=True)
-    assert stop_at_turns(fixed, tokenizer) is fixed
+    fixed = stop_at_turns(SamplingParams(max_tokens=8, ignore_eos=True), tokenizer)
+    assert fixed.min_tokens == 8 and set(turn_marker_ids(tokenizer)) <= set(fixed.stop_token_ids)
+    beams = SamplingParams(max_tokens=8, temperature=0.0, beam_width=2)
+    assert stop_at_turns(beams, tokenizer) is beams
     assert turn_marker_ids(None) == ()
 
 

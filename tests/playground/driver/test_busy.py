@@ -24,6 +24,23 @@ def test_a_time_maps_to_the_busy_seconds_up_to_it():
     assert round(BusyClock(tuple(_steps()), elapsed_busy=5.3).at(10.05), 6) == 5.05  # offset
 
 
+def test_a_clock_moved_along_a_sliding_window_is_the_one_built_afresh():
+    steps = [step(i, start=i * 0.5, duration=0.1 + 0.01 * (i % 3), decode=int(i % 4 > 0))
+             for i in range(1, 41)]  # fmt: skip
+    busy = [sum(s.duration for s in steps[:i] if s.num_tokens) for i in range(1, 41)]
+    moved = BusyClock((), 0.0)
+    for end in range(1, 41):
+        window = tuple(steps[max(0, end - 8) : end])  # each step keeps the last 8 at most
+        moved.advance(window, 2.0 + busy[end - 1])
+        fresh = BusyClock(window, 2.0 + busy[end - 1])
+        times = [0.0, *(s.start + d for s in window for d in (0.0, 0.05, 0.3))]
+        assert [round(moved.at(t), 9) for t in times] == [round(fresh.at(t), 9) for t in times]
+        assert round(moved.end, 9) == round(fresh.end, 9)
+    moved.advance(tuple(steps[:3]), busy[2])  # a window that does not follow on: afresh
+    assert round(moved.at(steps[2].start), 9) == round(BusyClock(tuple(steps[:3]), busy[2])
+                                                       .at(steps[2].start), 9)  # fmt: skip
+
+
 def test_waits_ttft_and_preemption_loss_leave_the_pause_out():
     victim = replace(
         request("req-1", status="finished", arrival=10.0, scheduled=10.05, first=10.1,

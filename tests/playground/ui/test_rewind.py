@@ -4,6 +4,7 @@ import json
 
 import gradio as gr
 
+from playground.board.block_table import pick_request
 from playground.board.views import FigureCache
 from playground.ui import build_ui
 from playground.ui.rewind import RewindCallbacks
@@ -17,7 +18,7 @@ def test_a_session_rewinds_to_an_earlier_step_and_comes_back(driver):
     cb, request = RewindCallbacks(driver, FigureCache()), gr.Request(session_hash="s")
     oldest, newest = driver.history.steps()
     step = newest - 8
-    at, note, _stats, board, log, figures, sent = cb.show_step(step, request)
+    at, note, _stats, board, log, figures, sent = cb.show_step(step, None, request)
     assert at == step and f"step {step}" in note and sent == {}
     assert log.index(f"step {step} ") < log.index(f"step {step - 1} ")  # newest line first
     assert f"step {step + 1} " not in log
@@ -36,8 +37,41 @@ def test_a_session_rewinds_to_an_earlier_step_and_comes_back(driver):
     tick = next(f.fn for f in demo.fns.values() if f.name == "tick")
     out = tick(-1, -1, 0.0, None, 0.25, "", "", request, at)
     assert out.board == gr.skip() and out.chart_version == gr.skip()
-    live = cb.go_live(request)
+    live = cb.go_live(None, request)
     assert live[0] is None and live[2].value == newest and "Live" in live[1]
+
+
+def _table(figures: str) -> list[int]:
+    """The physical blocks the block-table chart draws, in order."""
+    heat = json.loads(figures)["blocks"]["data"][0]
+    return [int(t) for row in heat["text"] for t in row if t]
+
+
+def test_the_block_table_is_the_inspected_requests_live_and_rewound(driver):
+    handles = [driver.submit(f"prompt {i}", fixed(24), owner=f"user:u{i}") for i in range(3)]
+    for h in handles:
+        h.result(timeout=60)
+    cb, request = RewindCallbacks(driver, FigureCache()), gr.Request(session_hash="s")
+    for step in range(driver.history.steps()[0], driver.history.steps()[1] + 1):
+        frame, _ = driver.history.frame(step)
+        held = [r for r in frame.requests if r.block_table]
+        if len(held) == 3:  # all three hold blocks: the pick and the inspected one differ
+            break
+    assert len(held) == 3
+    picked = pick_request(frame).request_id
+    mine = next(r for r in held if r.request_id != picked)
+    figures = cb.show_step(step, mine.request_id, request)[5]
+    assert _table(figures) == list(mine.block_table) != list(pick_request(frame).block_table)
+    assert _table(cb.step_back(step + 1, step + 1, mine.request_id, request)[6]) == _table(figures)
+    assert _table(cb.show_step(step, None, request)[5]) == list(pick_request(frame).block_table)
+
+    for i in range(2):  # live: two running requests, the one not picked inspected
+        driver.submit(f"still running {i}", fixed(200), owner=f"user:late{i}")
+    settled(driver, lambda s: sum(bool(r.block_table) for r in s.snapshot.requests) == 2)
+    driver.pause()
+    live = driver.state().snapshot
+    mine = next(r for r in live.requests if r.request_id != pick_request(live).request_id)
+    assert _table(cb.go_live(mine.request_id, request)[6]) == list(mine.block_table)
 
 
 def test_the_charts_still_come_once_the_text_was_seen_unless_rewound(driver):
