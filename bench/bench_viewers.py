@@ -1,7 +1,7 @@
 """What a crowd watching the board costs the engine (`make bench-viewers`).
 
-    .venv/bin/python bench/bench_viewers.py [--viewers 1,10,30,100,300] [--mode stream|poll]
-        [--root DIR] [--rounds 1] [--repeats 1] [--output-json FILE]
+    .venv/bin/python bench/bench_viewers.py [--viewers 1,10,30,100,300] [--repeats 1]
+        [--before DIR] [--out bench/out/viewers.md] [--output-json FILE]
 
 Starts the real app (`python app.py`, the default model) from --root on a free 127.0.0.1 port
 and runs one fixed workload (16 greedy requests of 32 tokens, ignore_eos, over /v1/completions)
@@ -13,7 +13,9 @@ frame's age when it arrives (p50 / p95); the server's extra CPU per viewer-updat
 CPU in the watched rounds less the headless ones, per update delivered); this process's CPU.
 An update is a new board version: a viewer can get no more than the engine's steps publish
 ("board versions/s", the distinct versions any viewer got).
---mode poll, with --root a checkout from before the stream, measures the board as it was.
+--before DIR (a checkout from before the stream, e.g. `git worktree add /tmp/before e47f202`)
+also measures the board as it was there (viewers polling with Gradio events), the same way.
+The table is printed and written to --out.
 """
 
 import argparse
@@ -65,12 +67,12 @@ def start_server(root: Path, port: int, log_path: Path) -> subprocess.Popen:
         if proc.poll() is not None:
             raise SystemExit(f"the app exited: {log_path.read_text()[-2000:]}")
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
                 return proc
         except OSError:
             time.sleep(0.5)
     proc.kill()
-    raise SystemExit("the app did not answer /healthz in time")
+    raise SystemExit("the app did not answer /health in time")
 
 
 async def workload(api: httpx.AsyncClient, model: str, tag: str) -> tuple[float, float, float]:
@@ -164,41 +166,52 @@ HEADER = (
 )
 
 
-async def run(url: str, pid: int, args) -> list[dict]:
+async def run(url: str, pid: int, mode: str, args) -> list[dict]:
     async with httpx.AsyncClient(base_url=url) as http:
-        fns = GradioFns.from_config((await http.get("/config")).json())
+        fns = GradioFns.from_config((await http.get("/config")).json(), mode)
     api = httpx.AsyncClient(base_url=url, timeout=600)
     model = (await api.get("/v1/models")).json()["data"][0]["id"]
     await workload(api, model, "warm-up")
     await api.aclose()
     results = []
-    print(HEADER, flush=True)
     for n in args.viewers:
-        results.append(await measure(url, pid, args.mode, n, args, fns))
+        results.append(await measure(url, pid, mode, n, args, fns))
         print(table_row(results[-1]), flush=True)
     return results
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--viewers", default="1,10,30,100,300",
-                    type=lambda s: [int(x) for x in s.split(",")])  # fmt: skip
-    ap.add_argument("--mode", choices=["stream", "poll"], default="stream")
-    ap.add_argument("--root", type=Path, default=ROOT, help="the checkout whose app.py runs")
-    ap.add_argument("--repeats", type=int, default=1, help="headless + watched rounds per N")
-    ap.add_argument("--output-json", type=Path, default=None)
-    args = ap.parse_args()
+def serve_and_measure(root: Path, mode: str, args) -> list[dict]:
+    """The app of checkout `root` on a free port, measured with `mode` viewers, then stopped."""
     port = free_port()
     log_path = Path(f"/tmp/bench-viewers-{port}.log")
-    proc = start_server(args.root.resolve(), port, log_path)
+    proc = start_server(root.resolve(), port, log_path)
     try:
-        results = asyncio.run(run(f"http://127.0.0.1:{port}", proc.pid, args))
+        return asyncio.run(run(f"http://127.0.0.1:{port}", proc.pid, mode, args))
     finally:
         proc.send_signal(signal.SIGINT)
         try:
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--viewers", default="1,10,30,100,300",
+                    type=lambda s: [int(x) for x in s.split(",")])  # fmt: skip
+    ap.add_argument("--before", type=Path, default=None,
+                    help="a checkout from before the stream, measured too (polling)")  # fmt: skip
+    ap.add_argument("--repeats", type=int, default=1, help="headless + watched rounds per N")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "viewers.md")
+    ap.add_argument("--output-json", type=Path, default=None)
+    args = ap.parse_args()
+    print(HEADER, flush=True)
+    results = serve_and_measure(ROOT, "stream", args)
+    if args.before:
+        results += serve_and_measure(args.before, "poll", args)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join([HEADER, *map(table_row, results)]) + "\n")
+    print(f"table written to {args.out}")
     if args.output_json:
         args.output_json.write_text(json.dumps(results, indent=1))
 

@@ -2,13 +2,11 @@
 
 - `stream`: what a page of the board does now: GET /board/stream (server-sent events, read
   raw: each `board` event is an update; its "at" says how old it is when it arrives), and the
-  session's own gr.Timer tick, as often as the server's answer says.
-- `poll`: what a page did before the stream: the timer's tick (a Gradio POST) as often as the
-  answer says, and, when it says the charts are due, the chart redraw that follows
-  (tests/e2e/measure_board.py's Pollers, out of the server's process). A tick that brings a new
-  board version is an update.
-Both run what the page's chart_version change runs (the redraw before, the rewind slider and
-the lesson now) whenever a tick says so.
+  session's own gr.Timer tick, as often as the server's answer says (nothing follows a tick).
+- `poll`: what a page did before the stream (main before it, e47f202): the timer's tick (a
+  Gradio POST) as often as the answer says, and, when it says the charts are due, what the
+  page's chart_version change runs (the chart redraw, the compare redraw, the lesson). A tick
+  that brings a new board version is an update.
 """
 
 import asyncio
@@ -18,7 +16,9 @@ from dataclasses import dataclass, field
 
 import httpx
 
-BOARD_EVENT = re.compile(rb'event: board\nid: (\d+)\ndata: \{"version":\d+,"at":([\d.]+)')
+BOARD_EVENT = re.compile(
+    rb'event: board\nid: (\d+)\ndata: \{"frame":\d+,"version":(\d+),"at":([\d.]+)'
+)  # (frame, board version, time.time() it was built)
 TICK_S = 0.25  # the page's timer before its first answer
 
 
@@ -36,17 +36,19 @@ class GradioFns:
     """The page's events as Gradio's /config lists them: (fn_index, trigger_id, num_inputs)."""
 
     tick: tuple[int, int, int]
-    charts: tuple[tuple[int, int, int], ...]  # what chart_version's change runs on the server
+    charts: tuple[tuple[int, int, int], ...]  # what chart_version's change runs (poll only)
 
     @classmethod
-    def from_config(cls, config: dict) -> "GradioFns":
+    def from_config(cls, config: dict, mode: str) -> "GradioFns":
         timer = next(c["id"] for c in config["components"] if c.get("type") == "timer")
         deps = config["dependencies"]
         tick = next(d for d in deps if [timer, "tick"] in d["targets"])
-        version = tick["outputs"][1]  # TickOutputs.chart_version
+        fn = (tick["id"], timer, len(tick["inputs"]))
+        if mode == "stream":
+            return cls(fn, ())
+        version = tick["outputs"][1]  # the old TickOutputs.chart_version
         changes = [d for d in deps if [version, "change"] in d["targets"] and d["backend_fn"]]
-        return cls((tick["id"], timer, len(tick["inputs"])),
-                   tuple((d["id"], version, len(d["inputs"])) for d in changes))  # fmt: skip
+        return cls(fn, tuple((d["id"], version, len(d["inputs"])) for d in changes))
 
 
 class Crowd:
@@ -79,22 +81,23 @@ class Crowd:
 
     async def _stream(self, viewer: Viewer) -> None:
         """Reads the stream; reconnects when the server ends it (its lifetime, a drop)."""
+        last = -1  # the last frame counted (a reconnect starts with the latest one again)
         while not self.stop_event.is_set():
             reader, writer = await asyncio.open_connection(self.host, self.port)
             writer.write(b"GET /board/stream HTTP/1.1\r\nHost: bench\r\n"
                          b"Accept: text/event-stream\r\nConnection: close\r\n\r\n")  # fmt: skip
-            last, tail = -1, b""
+            tail = b""
             try:
                 while chunk := await reader.read(1 << 18):
                     now = time.time()
                     viewer.num_bytes += len(chunk)
                     buf = tail + chunk
                     for m in BOARD_EVENT.finditer(buf):
-                        if int(m[1]) > last:
+                        if int(m[1]) > last:  # a frame not counted yet (the tail repeats)
                             last = int(m[1])
                             viewer.updates.append(now)
-                            viewer.versions.append(last)
-                            viewer.ages.append(now - float(m[2]))
+                            viewer.versions.append(int(m[2]))
+                            viewer.ages.append(now - float(m[3]))
                     tail = buf[-200:]
             finally:
                 writer.close()
@@ -108,20 +111,37 @@ class Crowd:
         return r.json()["data"]
 
     async def _ticks(self, viewer: Viewer, session: str) -> None:
-        """The session's gr.Timer: its tick (and, polling, the chart redraw it calls for)."""
-        seen, charts_seen, charts_at, every = -1, -1, None, TICK_S
+        """The session's gr.Timer: its tick, as the page sends it."""
+        tick = self._poll_tick if self.mode == "poll" else self._stream_tick
+        state = {"seen": -1, "charts_seen": -1, "charts_at": None, "every": TICK_S, "slider": 0}
         while not self.stop_event.is_set():
-            inputs = [seen, charts_seen, charts_at, None, every, "", "", None]
-            version, charts, _, at, interval, *_ = await self._post(session, self.fns.tick, inputs)
-            if isinstance(version, int | float):
-                seen = version
-                if self.mode == "poll":
-                    viewer.updates.append(time.time())
-                    viewer.versions.append(int(version))
-            if isinstance(charts, int | float):  # the page's chart_version.change listeners
-                charts_seen, charts_at = charts, at
-                for fn in self.fns.charts:
-                    await self._post(session, fn, [charts] + [None] * (fn[2] - 1))
-            if isinstance(interval, int | float):
-                every = interval
-            await asyncio.sleep(every)
+            await tick(viewer, session, state)
+            await asyncio.sleep(state["every"])
+
+    async def _stream_tick(self, viewer: Viewer, session: str, st: dict) -> None:
+        """[seen, rid, every, role, banner, rewound, slider] -> [version, timer, .., slider, ..]"""
+        inputs = [st["seen"], None, st["every"], "", "", None, st["slider"]]
+        version, interval, _, _, _, slider, *_ = await self._post(session, self.fns.tick, inputs)
+        if isinstance(version, int | float):
+            st["seen"] = version
+        if isinstance(interval, int | float):
+            st["every"] = interval
+        if isinstance(slider, dict) and "value" in slider:
+            st["slider"] = slider["value"]
+
+    async def _poll_tick(self, viewer: Viewer, session: str, st: dict) -> None:
+        """The tick before the stream, [seen, charts_seen, charts_at, rid, every, role, banner,
+        rewound] -> [version, chart_version, compare_version, charts_at, timer, ...], then the
+        chart_version change's listeners when it moved."""
+        inputs = [st["seen"], st["charts_seen"], st["charts_at"], None, st["every"], "", "", None]
+        version, charts, _, at, interval, *_ = await self._post(session, self.fns.tick, inputs)
+        if isinstance(version, int | float):
+            st["seen"] = version
+            viewer.updates.append(time.time())
+            viewer.versions.append(int(version))
+        if isinstance(charts, int | float):
+            st["charts_seen"], st["charts_at"] = charts, at
+            for fn in self.fns.charts:
+                await self._post(session, fn, [charts] + [None] * (fn[2] - 1))
+        if isinstance(interval, int | float):
+            st["every"] = interval

@@ -20,7 +20,7 @@ from viewers import Crowd, GradioFns  # noqa: E402
 
 async def watch(url: str, n: int, seconds: float) -> None:
     async with httpx.AsyncClient(base_url=url) as http:
-        fns = GradioFns.from_config((await http.get("/config")).json())
+        fns = GradioFns.from_config((await http.get("/config")).json(), "stream")
     crowd = Crowd(url, fns, "stream", n)
     await crowd.start()
     print("watching", flush=True)

@@ -1,7 +1,8 @@
 """A crowd on one board: two chromium pages and 50 simulated viewers (two processes of their
 own, tests/e2e/crowd.py) watch a running engine. Both pages update over the stream, the seat's
-controls answer at once, and killing 20 viewers mid-stream leaves no writer, watcher or buffer
-of theirs on the server (the fan-out's counters, GET /board/stream/stats)."""
+controls answer at once, killing 20 viewers mid-stream leaves no writer, watcher or buffer
+of theirs on the server (the fan-out's counters, GET /board/stream/stats), and the seat's
+lesson is filled from the frames."""
 
 import json
 import subprocess
@@ -16,6 +17,7 @@ import app
 from engine import EngineConfig, SamplingParams
 from playground.access.seat import Seat
 from playground.driver import EngineDriver
+from playground.workload.scenarios import SCENARIOS
 from tests.api.server import Server, wait_for
 from tests.tiny_models import make_engine
 
@@ -65,6 +67,19 @@ def _click_answers(page, button: str, text: str) -> float:
     return time.monotonic() - t0
 
 
+def _answer_a_lesson(page) -> None:
+    """The seat's holder answers a preset's question: its run starts, and the stream's frames
+    fill the page's lesson slot (its preset, run and guess) and the stop reasons."""
+    page.click(f".pg-preset:has-text('{SCENARIOS['chat_burst'].title}')")
+    page.click("#pg-answer-0")
+    page.wait_for_function(
+        "() => document.querySelector("
+        "'#pg-lesson-panel [data-live=lesson][data-guess=few][data-v]')"
+    )
+    assert "your guess" in page.inner_text("#pg-lesson-panel")
+    assert "What the stop reasons say" in page.inner_text("#pg-stops")
+
+
 def test_a_crowd_watches_and_the_viewers_that_die_leave_nothing_behind(board, browser):
     url, driver = board
     a, b = _open(browser, url), _open(browser, url)
@@ -95,6 +110,7 @@ def test_a_crowd_watches_and_the_viewers_that_die_leave_nothing_behind(board, br
     assert stats["num_buffered_frames"] <= left * 2, stats
     updates = json.loads(kept.communicate("stop\n", timeout=60)[0].splitlines()[-1])
     assert len(updates) == KEPT and min(updates) >= 10, updates  # every one saw the run
+    _answer_a_lesson(a)
     for page in (a, b):
         page.context.close()
     stats = wait_for(lambda: settled(0), timeout=60)

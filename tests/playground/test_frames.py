@@ -67,8 +67,8 @@ def test_the_running_lesson_comes_for_every_guess_and_the_last_run_stays(driver)
     """The panel of each guess ("" skipped) of the running preset's run, so every session's
     panel is a lookup; after a reset the old run's panels say how it ended, once."""
     sc = SCENARIOS["chat_burst"]
-    sc.start(driver, sc.engine_config(driver.base_config), workload=sc.workload(2, "all at once",
-                                                                              1.0, seed=1))  # fmt: skip
+    workload = sc.workload(2, "all at once", 1.0, seed=1)
+    sc.start(driver, sc.engine_config(driver.base_config), workload=workload)
     driver.pause()
     state = settled(driver, lambda s: s.workload == "chat_burst")
     builder = FrameBuilder()
