@@ -41,11 +41,14 @@ def board(tiny_model):
     driver.stop()
 
 
-def _crowd(url: str, n: int, seconds: float) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, str(CROWD), url, str(n), str(seconds)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
-    assert proc.stdout.readline().strip() == "watching"
-    return proc
+def _crowds(url: str, sizes: tuple[int, ...], seconds: float) -> list[subprocess.Popen]:
+    """A process of simulated viewers per size, started together; once each one watches."""
+    procs = [subprocess.Popen([sys.executable, str(CROWD), url, str(n), str(seconds)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             for n in sizes]  # fmt: skip
+    for proc in procs:
+        assert proc.stdout.readline().strip() == "watching"
+    return procs
 
 
 def _open(browser, url):
@@ -84,7 +87,7 @@ def test_a_crowd_watches_and_the_viewers_that_die_leave_nothing_behind(board, br
     url, driver = board
     a, b = _open(browser, url), _open(browser, url)
     alone = _click_answers(a, "#pg-pause", "Resume") + _click_answers(a, "#pg-pause", "Pause")
-    killed, kept = _crowd(url, KILLED, 300), _crowd(url, KEPT, 300)
+    killed, kept = _crowds(url, (KILLED, KEPT), 300)
     params = SamplingParams(max_tokens=400, temperature=0.0, ignore_eos=True)
     for i in range(8):
         driver.submit(f"viewer crowd {i}", params, owner=f"api:crowd{i}")  # a card each
