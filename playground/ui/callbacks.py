@@ -130,7 +130,8 @@ class BoardCallbacks:
         interval = self.audience.interval(session, now, full)
         skip = gr.skip()
         board, inspector, figures = skip, skip, skip
-        if state.version != seen and rewound is None:
+        changed = state.version != seen and rewound is None
+        if changed:
             board, inspector = own_text(state, me, rid, self.driver.deltas(rid) if rid else ())
             figures = own_charts(state, rid) if rid else skip
         window = self.driver.history.steps()
@@ -138,7 +139,7 @@ class BoardCallbacks:
         running = "paused" if state.paused else "running"
         shown = render_seat(view, state.paused_until, now), f"{view.role.value}:{running}"
         return TickOutputs(
-            state.version if rewound is None else skip,
+            state.version if changed else skip,
             interval if interval != every else skip,
             board,
             inspector,
