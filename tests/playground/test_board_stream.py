@@ -5,6 +5,7 @@ import asyncio
 
 import pytest
 
+from engine.cpu.openmp import off_thread
 from playground.board.frames import Frame
 from playground.server.board_stream import BoardFeed, BoardStreamRoute, FanOut
 
@@ -14,7 +15,8 @@ def frame(version: int) -> Frame:
 
 
 def run(coro):
-    return asyncio.run(asyncio.wait_for(coro, timeout=10))
+    """The scenario on a thread of its own: the suite's main thread may hold a loop."""
+    return off_thread(asyncio.run, asyncio.wait_for(coro, timeout=10))
 
 
 class Client:
