@@ -39,6 +39,8 @@ class Frontend:
     strict_request_fields: bool = False  # 400 for an unknown request field
     public: bool = False  # --public: keep-alive comments on by default, as on a Space
     log_requests: bool = False  # one log line per API request
+    generation_config: str = "auto"  # the requests' sampling defaults: auto, vllm or a folder
+    max_logprobs: int | None = None  # logprobs a request may ask for (None: the engine's cap)
 
     @classmethod
     def from_args(cls, args) -> "Frontend":
@@ -50,6 +52,8 @@ class Frontend:
             strict_request_fields=args.strict_request_fields,
             public=args.public,
             log_requests=args.enable_log_requests,
+            generation_config=args.generation_config,
+            max_logprobs=args.max_logprobs,
         )
 
 
@@ -163,6 +167,8 @@ def create_app(
             stream_interval=stream_interval,
             sse_keep_alive_interval=keep_alive,
             strict_request_fields=frontend.strict_request_fields,
+            generation_config=frontend.generation_config,
+            max_logprobs=frontend.max_logprobs,
         )
         refuse_other_methods(app)
     else:  # the API's /health comes with its routes

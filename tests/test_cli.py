@@ -127,14 +127,18 @@ def test_vllm_serve_flags_are_accepted():
 def test_vllm_values_this_engine_takes_in_part(capsys, tmp_path):
     """--max-logprobs (vllm/config/model.py: default 20, -1 = no cap) stops at the engine's
     cap of 20; --generation-config (same file) is 'auto', 'vllm' or a folder holding
-    generation_config.json."""
+    generation_config.json, read as JSON."""
     (tmp_path / "generation_config.json").write_text("{}")
     assert parse_args(["--generation-config", str(tmp_path)]).generation_config == str(tmp_path)
     assert parse_args(["--max-logprobs", "20"]).max_logprobs == 20
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "generation_config.json").write_text("{temperature: 0")
     for flags, says in (
         (["--max-logprobs", "-1"], "at most 20 per token"),
         (["--max-logprobs", "21"], "at most 20 per token"),
         (["--generation-config", "/no/such"], "generation_config.json"),
+        (["--generation-config", str(broken)], "is not a JSON file"),
     ):
         with pytest.raises(SystemExit):
             parse_args(flags)

@@ -10,6 +10,7 @@ playground's (board_flags.py). docs/cli.md lists them.
 import argparse
 import difflib
 import functools
+import json
 import sys
 from pathlib import Path
 
@@ -118,11 +119,18 @@ def _check_vllm_values(p: argparse.ArgumentParser, args: argparse.Namespace) -> 
             f"got {args.max_logprobs}"
         )
     folder = args.generation_config
-    if folder not in ("auto", "vllm") and not (Path(folder) / "generation_config.json").is_file():
+    if folder in ("auto", "vllm"):
+        return
+    path = Path(folder) / "generation_config.json"
+    if not path.is_file():
         p.error(
             f"--generation-config: 'auto', 'vllm' or a folder with generation_config.json, "
             f"got {folder!r}"
         )
+    try:
+        json.loads(path.read_text())
+    except (ValueError, OSError) as exc:
+        p.error(f"--generation-config: {path} is not a JSON file: {exc}")
 
 
 @functools.cache

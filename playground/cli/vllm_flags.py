@@ -87,7 +87,8 @@ def _add_model_flags(group) -> None:
         "--max-logprobs",
         type=int,
         default=None,
-        help="0 to 20: requests are held to the engine's own cap of 20 logprobs per token",
+        help="the most logprobs (top_logprobs) a request may ask for per token, 0 to the "
+        "engine's cap of 20 (default: 20, as vLLM); past it a request gets vLLM's 400",
     )
     group.add_argument(
         "--chat-template",
@@ -97,8 +98,8 @@ def _add_model_flags(group) -> None:
     group.add_argument(
         "--generation-config",
         default="auto",
-        help="auto, vllm, or a folder holding generation_config.json (checked; requests "
-        "keep the API's own sampling defaults)",
+        help="the API's sampling defaults: auto (the model's generation config), vllm "
+        "(none) or a folder holding generation_config.json",
     )
 
 

@@ -32,10 +32,12 @@ from playground.server.openai_protocol import (
     unauthorized,
 )
 from playground.server.openapi import (
+    BODIES,
     ROUTE_DOCS,
     ModelList,
+    ServerFacts,
     Version,
-    document_limits,
+    document_bodies,
     error_responses,
 )
 from playground.server.options import ServingOptions
@@ -55,16 +57,19 @@ def register_api(
     stream_interval: int = 1,
     sse_keep_alive_interval: float = 0.0,
     strict_request_fields: bool = False,
+    generation_config: str = "auto",
+    max_logprobs: int | None = None,
 ) -> None:
     """Add the routes (see the module docstring) to `app`; call before mounting Gradio at "/".
 
     `driver`: the EngineDriver, or a callable returning it (None while there is none: 503).
     `model_name`: the served name, or several (vLLM's --served-model-name: the first is the one
     answered with); by default the model's short name, its hub id accepted too. `api_keys`:
-    every /v1 route wants `Authorization: Bearer <one of them>` (401 otherwise). The last three
-    are ServingOptions (vLLM's --stream-interval, --sse-keep-alive-interval and
-    --strict-request-fields)."""
-    options = ServingOptions(stream_interval, sse_keep_alive_interval, strict_request_fields)
+    every /v1 route wants `Authorization: Bearer <one of them>` (401 otherwise). The last five
+    are ServingOptions (vLLM's --stream-interval, --sse-keep-alive-interval,
+    --strict-request-fields, --generation-config and --max-logprobs)."""
+    options = ServingOptions(stream_interval, sse_keep_alive_interval, strict_request_fields,
+                             generation_config, max_logprobs)  # fmt: skip
     served = ServedModel.of(driver, model_name)
     guard = [Depends(bearer_auth(api_keys))] if api_keys else []
     app.add_exception_handler(APIError, lambda request, exc: exc.response())
@@ -85,11 +90,11 @@ def register_api(
 
     @app.post("/tokenize", responses=error_responses(400, 404, 503), tags=["tokenizer"])
     async def tokenize(request: Request) -> tokenization.TokenizeResponse:
-        return await tokenization.tokenize(request, served)
+        return await tokenization.tokenize(request, served, options.strict_request_fields)
 
     @app.post("/detokenize", responses=error_responses(400, 404, 503), tags=["tokenizer"])
     async def detokenize(request: Request) -> tokenization.DetokenizeResponse:
-        return await tokenization.detokenize(request, served)
+        return await tokenization.detokenize(request, served, options.strict_request_fields)
 
     @app.get("/version", tags=["health"])
     def show_version() -> Version:
@@ -97,15 +102,16 @@ def register_api(
         clients compare against), and this server's name."""
         return Version(version=VLLM_API_VERSION)
 
-    document_limits(app, lambda: _describe(served.get_driver(), options))
+    bodies = BODIES | tokenization.BODIES
+    document_bodies(app, lambda: _describe(served.get_driver(), options), bodies)
     if metrics:
         register_metrics(app, served.get_driver, lambda d: served.names(d)[0])
 
 
-def _describe(d: EngineDriver | None, options: ServingOptions):
+def _describe(d: EngineDriver | None, options: ServingOptions) -> ServerFacts | None:
     if d is None:
         return None
-    return d.limits, len(d.tokenizer), d.config.scheduling_policy, options.strict_request_fields
+    return ServerFacts(d.limits, len(d.tokenizer), d.config.scheduling_policy, options)
 
 
 def refuse_other_methods(app: FastAPI) -> None:

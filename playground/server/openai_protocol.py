@@ -17,7 +17,6 @@ from pydantic import (
 from engine import StopReason
 from engine.sampling_params import (
     MAX_BEAM_WIDTH,
-    MAX_LOGPROBS,
     MAX_N,
     MAX_PENALTY,
     MAX_STOP_STRING_LEN,
@@ -46,6 +45,7 @@ UNSUPPORTED = {  # OpenAI fields this engine cannot honour -> values that mean "
     "suffix": ("",),
     "best_of": (1,),
     "use_beam_search": (False,),  # chat: none (completions take it)
+    "prompt_logprobs": (None,),  # vLLM's; the engine keeps no prompt logprobs: none but null
 }
 IGNORED = {  # OpenAI fields that do not change the output: accepted and not used
     "user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier",
@@ -164,7 +164,7 @@ class RequestBody(BaseModel):
         as JSON Schema counts it (3.5 stays a float, which an integer field refuses)."""
         if not isinstance(data, dict):
             return data
-        return {k: _whole(v) for k, v in data.items() if v is not None}
+        return {k: whole_numbers(v) for k, v in data.items() if v is not None}
 
     @property
     def include_usage(self) -> bool:
@@ -195,11 +195,11 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-def _whole(value):
+def whole_numbers(value):
     """`value` with its integer-valued floats as ints, in lists too."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    return [_whole(v) for v in value] if isinstance(value, list) else value
+    return [whole_numbers(v) for v in value] if isinstance(value, list) else value
 
 
 class ContentPart(BaseModel):
@@ -231,7 +231,7 @@ class ChatCompletionRequest(ChatTemplateFields, RequestBody):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None  # newer max_tokens
     logprobs: bool = False
-    top_logprobs: int = Field(0, ge=0, le=MAX_LOGPROBS)
+    top_logprobs: int = Field(0, ge=0)  # at most --max-logprobs (request_fields.py)
 
     def check(self) -> None:
         super().check()
@@ -243,7 +243,7 @@ class ChatCompletionRequest(ChatTemplateFields, RequestBody):
 class CompletionRequest(RequestBody):
     prompt: str | list[int] | list[str] | list[list[int]]  # a list of several: a batch
     echo: bool = False  # vLLM's and OpenAI's: each choice's text starts with its prompt
-    logprobs: Annotated[int, Field(ge=0, le=MAX_LOGPROBS)] | None = None
+    logprobs: Annotated[int, Field(ge=0)] | None = None  # at most --max-logprobs
     # vLLM's beam search extension: best_of (default n) beams, the n best returned
     use_beam_search: bool = False
     best_of: Annotated[int, Field(ge=1, le=MAX_BEAM_WIDTH)] | None = None

@@ -10,6 +10,7 @@ ignored (refused with strict_request_fields). A schema-based fuzzer
 (`make test-api-fuzz`) checks that the server and this description agree.
 """
 
+from dataclasses import dataclass
 from typing import Literal
 
 from fastapi import FastAPI
@@ -24,6 +25,7 @@ from playground.server.openai_protocol import (
     ChatCompletionRequest,
     CompletionRequest,
 )
+from playground.server.options import ServingOptions
 
 FINISH = Literal[tuple(sorted(set(FINISH_REASONS.values())))]
 ENGINE_STOP = Literal[tuple(sorted(r.value for r in FINISH_REASONS))]
@@ -168,34 +170,47 @@ def _route(response: type[BaseModel]) -> dict:
 
 ROUTE_DOCS = {ChatCompletionRequest: _route(ChatCompletion), CompletionRequest: _route(Completion)}
 HEALTH_RESPONSES = error_responses(503)
-BODIES = {"/v1/chat/completions": ChatCompletionRequest, "/v1/completions": CompletionRequest}
+BODIES = {  # the completion routes' bodies, for document_bodies
+    "/v1/chat/completions": lambda facts: request_schema(ChatCompletionRequest, facts),
+    "/v1/completions": lambda facts: request_schema(CompletionRequest, facts),
+}
 
 
-def document_limits(app: FastAPI, describe) -> None:
+@dataclass(frozen=True, slots=True)
+class ServerFacts:
+    """What the document says of this server: its public limits, the vocabulary's size (None:
+    no engine yet), EngineConfig.scheduling_policy ("fcfs" takes priority 0 only) and its
+    ServingOptions (strict_request_fields: unknown fields refused; max_logprobs)."""
+
+    limits: PublicLimits = PublicLimits()
+    vocab: int | None = None
+    policy: str = "fcfs"
+    options: ServingOptions = ServingOptions()
+
+
+def document_bodies(app: FastAPI, describe, bodies: dict) -> None:
     """Declare the request bodies in `app`'s OpenAPI document, with the limits of the server:
-    `describe()` returns (PublicLimits, vocabulary size, EngineConfig.scheduling_policy,
-    ServingOptions.strict_request_fields), or None while there is no engine."""
+    `bodies` maps a POST route's path to the function that builds its body's schema from
+    ServerFacts, which `describe()` returns (None while there is no engine: the defaults)."""
     build = app.openapi
 
     def openapi() -> dict:
         if app.openapi_schema is None:
             spec = build()
-            limits, vocab, policy, strict = describe() or (PublicLimits(), None, "fcfs", False)
-            for path, body_cls in BODIES.items():
-                schema = request_schema(body_cls, limits, vocab, policy, strict)
-                content = {"application/json": {"schema": schema}}
+            facts = describe() or ServerFacts()
+            for path, schema_of in bodies.items():
+                content = {"application/json": {"schema": schema_of(facts)}}
                 spec["paths"][path]["post"]["requestBody"] = {"required": True, "content": content}
         return app.openapi_schema
 
     app.openapi = openapi
 
 
-def request_schema(body_cls, limits: PublicLimits, vocab: int | None, policy: str = "fcfs",
-                   strict: bool = False):  # fmt: skip
-    """The JSON schema of a request body as this server takes it (see the module docstring).
-    `policy`: the engine's queue policy; "fcfs" takes priority 0 only. `strict`: unknown
-    fields are refused (else ignored, as vLLM ignores them)."""
-    schema = _inline(body_cls.model_json_schema())
+def request_schema(body_cls, facts: ServerFacts) -> dict:
+    """The JSON schema of a completion route's body as this server takes it (see the module
+    docstring)."""
+    limits, vocab, options = facts.limits, facts.vocab, facts.options
+    schema = inline_refs(body_cls.model_json_schema())
     props, required = schema["properties"], set(schema.get("required", ()))
     props["max_tokens"]["anyOf"][0]["maximum"] = limits.max_tokens
     if "max_completion_tokens" in props:
@@ -204,30 +219,26 @@ def request_schema(body_cls, limits: PublicLimits, vocab: int | None, policy: st
     if vocab is not None:
         for ids in _token_id_schemas(props):
             ids.update(minimum=0, maximum=vocab - 1)
-    if policy != "priority":
+    if facts.policy != "priority":
         props["priority"] = {"enum": [0], "description": "first come, first served: 0 only"}
     for name, neutral in UNSUPPORTED.items():  # accepted only where they change nothing
         if name not in props:
             props[name] = {"enum": list(neutral), "description": "not supported: only this value"}
     for name in IGNORED:
         props[name] = {"description": "accepted and not used"}
-    for name, prop in props.items():  # an explicit null means "the default"
-        if name not in required and not _allows_null(prop):
-            props[name] = {"anyOf": [prop, {"type": "null"}]}
-    schema["additionalProperties"] = not strict
+    allow_nulls(props, required)
+    schema["additionalProperties"] = not options.strict_request_fields
     schema["allOf"] = [_only_with("stream_options", {"type": "object"}, "stream")]
     schema["allOf"].append(_greedy_takes_one(body_cls is CompletionRequest))
     props["min_tokens"]["maximum"] = limits.max_tokens  # and at most max_tokens
     if body_cls is ChatCompletionRequest:
+        props["top_logprobs"]["maximum"] = options.max_logprobs
         schema["allOf"] += [_only_with("top_logprobs", {"minimum": 1}, "logprobs"),
                             NOT_GREEDY_N, TEMPLATE_RULE]  # fmt: skip
-        props["messages"]["contains"] = {  # some message has text to answer
-            "type": "object",
-            "required": ["content"],
-            "properties": {"content": {"anyOf": [TEXT, {"type": "array", "contains": TEXT_PART}]}},
-        }
+        props["messages"]["contains"] = SOME_TEXT
     else:
         _prompts(props["prompt"]["anyOf"])
+        props["logprobs"]["anyOf"][0]["maximum"] = options.max_logprobs
         max_width = min(MAX_BEAM_WIDTH, limits.max_n)  # beams count against --limit-n
         props["best_of"]["anyOf"][0]["maximum"] = max_width
         schema["allOf"] += [_beam_search_rules(max_width), ECHO_RULE]
@@ -289,6 +300,11 @@ def _beam_search_rules(max_width: int) -> dict:
 
 TEXT = {"type": "string", "pattern": r"\S"}  # not only whitespace
 TEXT_PART = {"type": "object", "required": ["text"], "properties": {"text": TEXT}}
+SOME_TEXT = {  # chat messages: some message has text to answer
+    "type": "object",
+    "required": ["content"],
+    "properties": {"content": {"anyOf": [TEXT, {"type": "array", "contains": TEXT_PART}]}},
+}
 
 
 def _prompts(variants: list[dict]) -> None:
@@ -330,11 +346,18 @@ def _token_id_schemas(props: dict):
             yield items["items"]
 
 
+def allow_nulls(props: dict, required) -> None:
+    """Every optional property also takes null: "the default", as the routes read it."""
+    for name, prop in props.items():
+        if name not in required and not _allows_null(prop):
+            props[name] = {"anyOf": [prop, {"type": "null"}]}
+
+
 def _allows_null(prop: dict) -> bool:
     return prop.get("type") == "null" or any(_allows_null(p) for p in prop.get("anyOf", ()))
 
 
-def _inline(schema: dict) -> dict:
+def inline_refs(schema: dict) -> dict:
     """The schema with its `$defs` references replaced by the definitions (none recurse)."""
     defs = schema.pop("$defs", {})
 

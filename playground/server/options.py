@@ -9,6 +9,8 @@ while (a paused board, a long queue).
 import math
 from dataclasses import dataclass
 
+from engine.sampling_params import MAX_LOGPROBS
+
 PUBLIC_SSE_KEEP_ALIVE_S = 2.0  # a waiting stream on a public server comments this often
 
 
@@ -23,8 +25,16 @@ class ServingOptions:
     # unknown request fields: False (vLLM's way) ignores them with a log line naming them,
     # True answers 400 naming the first, as OpenAI does
     strict_request_fields: bool = False
+    # vLLM's --generation-config: "auto" (the model's), "vllm" (none) or a folder; the
+    # requests' sampling defaults (playground/server/generation_config.py)
+    generation_config: str = "auto"
+    # vLLM's --max-logprobs: the most logprobs a request may ask for per token (a 400 past it);
+    # at most the engine's own cap, which None means
+    max_logprobs: int | None = None
 
     def __post_init__(self):
+        if self.max_logprobs is None:
+            object.__setattr__(self, "max_logprobs", MAX_LOGPROBS)
         si = self.stream_interval
         if isinstance(si, bool) or not isinstance(si, int):
             raise TypeError(f"stream_interval must be an int, got {si!r}")
@@ -38,6 +48,9 @@ class ServingOptions:
             raise TypeError(
                 f"strict_request_fields must be a bool, got {self.strict_request_fields!r}"
             )
+        most = self.max_logprobs
+        if isinstance(most, bool) or not isinstance(most, int) or not 0 <= most <= MAX_LOGPROBS:
+            raise ValueError(f"max_logprobs must be an int in [0, {MAX_LOGPROBS}], got {most!r}")
 
     @classmethod
     def defaults(cls, public: bool) -> "ServingOptions":

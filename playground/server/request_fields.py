@@ -48,15 +48,23 @@ async def json_object(request: Request) -> dict:
     return data
 
 
-async def parse(request: Request, body_cls: type[RequestBody], strict: bool) -> RequestBody:
-    """The validated body; APIError 400 naming the field."""
-    data = await json_object(request)
-    unknown = sorted(set(data) - set(body_cls.model_fields) - set(UNSUPPORTED) - IGNORED)
+def unknown_fields(request: Request, data: dict, known, strict: bool) -> list[str]:
+    """The body's fields that are not `known` (logged: they are ignored, as vLLM ignores
+    them); with `strict`, APIError 400 naming the first, as OpenAI refuses it."""
+    unknown = sorted(set(data) - set(known))
     if unknown and strict:
         message = f"{unknown[0]}: unrecognized request argument"
         raise APIError(400, message, param=unknown[0], code="unknown_parameter")
     if unknown:
         log.info("%s: ignored the request fields it does not know: %s", request.url.path, unknown)
+    return unknown
+
+
+async def parse(request: Request, body_cls: type[RequestBody], strict: bool) -> RequestBody:
+    """The validated body; APIError 400 naming the field."""
+    data = await json_object(request)
+    known = {*body_cls.model_fields, *UNSUPPORTED, *IGNORED}
+    unknown = unknown_fields(request, data, known, strict)
     for name, unused in UNSUPPORTED.items():
         if name in body_cls.model_fields:  # this route supports it (best_of: completions)
             continue
@@ -88,6 +96,21 @@ def check_vllm_rules(body: RequestBody) -> None:
     elif body.echo and body.logprobs is not None:
         message = "echo with logprobs is not supported: this engine keeps no prompt logprobs"
         raise APIError(400, message, param="echo", code="unsupported_parameter")
+
+
+def check_max_logprobs(body: RequestBody, max_logprobs: int) -> None:
+    """More logprobs per token than --max-logprobs: 400 in vLLM's words, `param` `logprobs`
+    on both routes (SamplingParams._validate_logprobs, vllm/sampling_params.py, and how
+    VLLMValidationError reads, vllm/exceptions.py); prompt_logprobs are refused as
+    unsupported before this."""
+    chat = isinstance(body, ChatCompletionRequest)
+    asked = (body.top_logprobs if body.logprobs else None) if chat else body.logprobs
+    if asked is not None and asked > max_logprobs:
+        message = (
+            f"Requested sample logprobs of {asked}, which is greater than max allowed: "
+            f"{max_logprobs} (parameter=logprobs, value={asked})"
+        )
+        raise APIError(400, message, param="logprobs")
 
 
 def check_template_fields(body) -> None:

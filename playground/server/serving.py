@@ -25,6 +25,7 @@ from playground.access import public
 from playground.access.limits import LimitExceeded
 from playground.driver import EngineDriver, RequestHandle, RequestRejected
 from playground.server.choices import Choices
+from playground.server.generation_config import GenerationDefaults, generation_defaults
 from playground.server.models import ServedModel
 from playground.server.openai_protocol import (
     APIError,
@@ -36,7 +37,12 @@ from playground.server.openai_protocol import (
 )
 from playground.server.options import ServingOptions
 from playground.server.outbox import outputs
-from playground.server.request_fields import echo_text, parse, template_kwargs
+from playground.server.request_fields import (
+    check_max_logprobs,
+    echo_text,
+    parse,
+    template_kwargs,
+)
 from playground.server.responses import CompletionJob, ResponseTracker
 from playground.server.streaming import HEARTBEAT_S, EventStream, events
 
@@ -52,8 +58,9 @@ async def serve(request: Request, body_cls, served: ServedModel, options: Servin
         d = served.ready()
         body = await parse(request, body_cls, options.strict_request_fields)
         model = served.check(d, body.model)
+        check_max_logprobs(body, options.max_logprobs)
         try:
-            jobs = await asyncio.to_thread(prepare_all, d, body, model)
+            jobs = await asyncio.to_thread(prepare_all, d, body, model, options)
             handles = await _submit_all(d, jobs, client_owner(request))
         except RequestRejected as exc:
             raise _refusal(exc, body, d.config.max_waiting) from None
@@ -79,14 +86,16 @@ async def serve(request: Request, body_cls, served: ServedModel, options: Servin
     return await _respond(request, d, handles, choices)
 
 
-def prepare_all(d: EngineDriver, body: RequestBody, model: str) -> list[CompletionJob]:
+def prepare_all(d: EngineDriver, body: RequestBody, model: str,
+                options: ServingOptions) -> list[CompletionJob]:  # fmt: skip
     """The engine requests of one body: one, or one per prompt of a batch."""
+    defaults = generation_defaults(options.generation_config, d.model, d.tokenizer)
     if isinstance(body, ChatCompletionRequest):
-        prompt = chat_prompt(body.messages)
-        return [_prepare(d, body, model, prompt, _request_id("chatcmpl"), template_kwargs(body))]
+        prompt, rid = chat_prompt(body.messages), _request_id("chatcmpl")
+        return [_prepare(d, body, model, prompt, rid, defaults, template_kwargs(body))]
     prompts, base = _completion_prompts(body.prompt), _request_id("cmpl")
     ids = [base] if len(prompts) == 1 else [f"{base}-{i}" for i in range(len(prompts))]
-    return [_prepare(d, body, model, p, rid) for p, rid in zip(prompts, ids, strict=True)]
+    return [_prepare(d, body, model, p, rid, defaults) for p, rid in zip(prompts, ids, strict=True)]
 
 
 def _request_id(kind: str) -> str:
@@ -100,9 +109,11 @@ def _response_id(jobs: list[CompletionJob]) -> str:
 
 
 def _prepare(d: EngineDriver, body: RequestBody, model: str, prompt, request_id: str,
-             chat_template_kwargs: dict | None = None) -> CompletionJob:  # fmt: skip
-    """Build the prompt and SamplingParams; RequestRejected naming the field when they are bad,
-    APIError for the context window."""
+             defaults: GenerationDefaults, chat_template_kwargs: dict | None = None,
+             ) -> CompletionJob:  # fmt: skip
+    """Build the prompt and SamplingParams (the generation config's `defaults` for the fields
+    the body leaves out); RequestRejected naming the field when they are bad, APIError for the
+    context window."""
     chat = isinstance(body, ChatCompletionRequest)
     token_ids = public.tokenize(d, prompt, chat_template_kwargs)
     max_model_len = d.config.max_model_len
@@ -117,7 +128,8 @@ def _prepare(d: EngineDriver, body: RequestBody, model: str, prompt, request_id:
         raise APIError(400, message, param=prompt_param, code=too_long)
     max_tokens = (body.max_completion_tokens if chat else None) or body.max_tokens
     if max_tokens is None:  # the defaults, within the context and the public limit
-        max_tokens = min(room if chat else COMPLETIONS_MAX_TOKENS, room, d.limits.max_tokens)
+        default = (defaults.max_tokens or room) if chat else COMPLETIONS_MAX_TOKENS
+        max_tokens = min(default, room, d.limits.max_tokens)
     if max_tokens > room:
         max_param = _param("max_tokens", body)
         message = (
@@ -126,17 +138,14 @@ def _prepare(d: EngineDriver, body: RequestBody, model: str, prompt, request_id:
         )
         raise APIError(400, message, param=max_param, code=too_long)
     top = (body.top_logprobs if body.logprobs else None) if chat else body.logprobs
-    fields = dict(temperature=body.temperature) | body.sampling_extensions()
+    fields = body.sampling_extensions() | defaults.sampling_fields(body)
+    fields["top_k"] = max(fields["top_k"], 0)  # -1 is off too
     if not chat:
         fields |= body.beam_fields()
     params = public.sampling_params(
-        max_tokens=max_tokens,
-        top_p=body.top_p,
-        top_k=max(body.top_k, 0),
-        min_p=body.min_p,
-        repetition_penalty=body.repetition_penalty,
+        max_tokens=defaults.cap(max_tokens),
         stop=body.stop,
-        stop_token_ids=body.stop_token_ids,
+        stop_token_ids=defaults.stop_ids(body),
         ignore_eos=body.ignore_eos,
         n=body.n,
         seed=body.seed,

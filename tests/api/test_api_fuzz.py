@@ -22,7 +22,7 @@ from tests.api.server import Server
 from tests.tiny_models import make_engine, make_tiny_model
 
 EXAMPLES = int(os.environ.get("API_FUZZ_EXAMPLES", "15"))  # per operation and phase
-PATHS = r"^/(v1/|health|metrics)"  # the board's own Gradio routes are not this API's
+PATHS = r"^/(v1/|health|metrics|tokenize|detokenize|version)"  # not the board's own Gradio routes
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +56,15 @@ def test_the_openapi_document_declares_bodies_errors_and_the_metrics_text(fuzz_s
     completions = spec["paths"]["/v1/completions"]["post"]["requestBody"]["content"]
     best_of = completions["application/json"]["schema"]["properties"]["best_of"]["anyOf"][0]
     assert best_of["maximum"] == 4  # beams count against the server's --limit-n
+    tokenize = spec["paths"]["/tokenize"]["post"]
+    text, chat = tokenize["requestBody"]["content"]["application/json"]["schema"]["anyOf"]
+    assert text["required"] == ["prompt"] and chat["required"] == ["messages"]
+    assert tokenize["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/TokenizeResponse"
+    )
+    detokenize = spec["paths"]["/detokenize"]["post"]["requestBody"]["content"]
+    tokens = detokenize["application/json"]["schema"]["properties"]["tokens"]
+    assert tokens["items"]["maximum"] == 49151  # the vocabulary's last id
 
 
 @pytest.mark.timeout(1200)  # about a minute alone on 2 cores; much more on a crowded machine

@@ -155,3 +155,40 @@ def test_a_list_of_prompts_is_a_batch(app_server):
     assert len({c.id for c in chunks}) == 1
     finished = sorted(c.choices[0].index for c in chunks if c.choices[0].finish_reason)
     assert finished == [0, 1, 2, 3]
+
+
+def test_more_logprobs_than_max_logprobs_is_vllms_400(make_driver, app_server):
+    """vllm/sampling_params.py (_validate_logprobs: "Requested sample logprobs of N, which is
+    greater than max allowed: M", parameter logprobs, read as vllm/exceptions.py's
+    VLLMValidationError writes it); vllm/config/model.py (--max-logprobs defaults to 20).
+    prompt_logprobs: this engine keeps none, so any is refused."""
+    driver = make_driver()
+    server = Server(bare_app(lambda: driver, max_logprobs=2))
+    chat = {"model": TINY_MODEL, "messages": HI, "max_tokens": 2, "logprobs": True}
+    completion = {"model": TINY_MODEL, "prompt": "Hi", "max_tokens": 2}
+    try:
+        for path, body, asked in (
+            ("/v1/chat/completions", chat | {"top_logprobs": 2}, None),
+            ("/v1/chat/completions", chat | {"top_logprobs": 3}, 3),
+            ("/v1/completions", completion | {"logprobs": 2}, None),
+            ("/v1/completions", completion | {"logprobs": 5}, 5),
+        ):
+            r = httpx.post(server.url + path, json=body, timeout=30)
+            if asked is None:
+                assert r.status_code == 200, r.text
+                continue
+            assert r.status_code == 400 and r.json()["error"]["param"] == "logprobs"
+            assert r.json()["error"]["message"] == (
+                f"Requested sample logprobs of {asked}, which is greater than max allowed: 2 "
+                f"(parameter=logprobs, value={asked})"
+            )
+        spec = httpx.get(server.url + "/openapi.json").json()["paths"]
+        chat_schema = spec["/v1/chat/completions"]["post"]["requestBody"]["content"]
+        top = chat_schema["application/json"]["schema"]["properties"]["top_logprobs"]
+        assert top["maximum"] == 2  # the document says it too
+    finally:
+        server.stop()
+    r = httpx.post(app_server.url + "/v1/chat/completions", json=chat | {"top_logprobs": 21})
+    assert r.status_code == 400 and "max allowed: 20 " in r.json()["error"]["message"]
+    r = httpx.post(app_server.url + "/v1/completions", json=completion | {"prompt_logprobs": 1})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt_logprobs"

@@ -2,7 +2,7 @@
 
 import httpx
 
-from tests.api.server import TINY_MODEL
+from tests.api.server import TINY_MODEL, Server, bare_app
 
 HI = [{"role": "user", "content": "Tell me a story."}]
 
@@ -32,6 +32,27 @@ def test_tokenize_and_detokenize_as_vllm(app_server, tiny_model):
     assert httpx.post(url + "/tokenize", json={"prompt": 3}).json()["error"]["param"] == "prompt"
     other = httpx.post(url + "/tokenize", json={"model": "gpt-17", "prompt": "x"})
     assert other.status_code == 404
+
+
+def test_tokenizer_routes_read_their_bodies_as_the_completion_routes(app_server, make_driver):
+    """vllm/entrypoints/serve/engine/protocol.py (OpenAIBaseModel: an unknown field is
+    ignored); with --strict-request-fields refused, as on the completion routes. A body with
+    messages is a chat (vllm/entrypoints/serve/tokenize/protocol.py: TokenizeRequest's
+    union); null is the default, 3.0 the integer 3; a lone surrogate is no text: 400."""
+    url = app_server.url
+    r = httpx.post(url + "/tokenize", json={"prompt": "Hi", "colour": "blue", "messages": None})
+    assert r.status_code == 200 and r.json()["token_strs"] is None
+    r = httpx.post(url + "/detokenize", json={"tokens": [6004.0], "model": None})
+    assert r.status_code == 200 and r.json()["prompt"] == "hi"
+    r = httpx.post(url + "/tokenize", content=b'{"prompt": "a\\ud800b"}')
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"
+    driver = make_driver()
+    server = Server(bare_app(lambda: driver, strict_request_fields=True))
+    try:
+        r = httpx.post(server.url + "/tokenize", json={"prompt": "Hi", "colour": "blue"})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "unknown_parameter"
+    finally:
+        server.stop()
 
 
 def test_version_and_the_model_card(app_server):
