@@ -11,7 +11,7 @@
 (draw) => {
   if (window.pgStream) return;
   const st = (window.pgStream = { board: null, text: null, charts: null, scheduled: false,
-                                  own: new Set() });
+                                  own: new Set(), held: {} });
   const isLive = () => document.querySelector("#pg-board [data-live]") !== null;
   const dropMine = (slot) => {
     const mine = document.querySelector("#pg-board .pg-mine .pg-rid");
@@ -64,10 +64,25 @@
     st.charts = null;
     if (st.own.size) {
       const figures = JSON.parse(charts);
-      for (const key of st.own) delete figures[key];
+      for (const key of st.own) {
+        if (key in figures) st.held[key] = figures[key];
+        delete figures[key];
+      }
       charts = JSON.stringify(figures);
     }
     draw(charts);
+  };
+  // The session's own charts ({chart: figure} JSON, "" for none): drawn, and the stream's
+  // figures of those charts held back until the session lets them go, then drawn again.
+  st.setOwn = (text) => {
+    const own = text ? JSON.parse(text) : {};
+    const shown = (window.pgCharts && window.pgCharts.latest) || {};
+    const back = {};
+    for (const key of st.own) if (!(key in own) && st.held[key]) back[key] = st.held[key];
+    for (const key of Object.keys(own)) if (!st.own.has(key)) st.held[key] = shown[key];
+    st.own = new Set(Object.keys(own));
+    const figures = { ...back, ...own };
+    if (Object.keys(figures).length) draw(JSON.stringify(figures));
   };
   const schedule = () => {
     if (st.scheduled) return;

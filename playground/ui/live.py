@@ -54,7 +54,7 @@ def own_text(state: BoardState, me: str, rid, deltas) -> tuple:
 
 def own_charts(state: BoardState, rid: str | None) -> str:
     """The inspected request's block table, {chart: figure} JSON ("" when none is inspected:
-    the board's own pick comes back with the stream)."""
+    the page draws the stream's, the board's own pick, again)."""
     if not rid or is_remote(state):
         return ""
     labels = cards.request_labels(state)
@@ -77,9 +77,9 @@ def stream_js() -> str:
 
 
 def own_charts_js() -> str:
-    """The session's own charts: drawn, and left out of the stream's frames while it has them."""
+    """The session's own charts: drawn in place of the stream's, which come back without them
+    (board_stream.js's setOwn; charts.js alone before the stream has started)."""
     return (
-        "(figures) => { if (window.pgStream) window.pgStream.own = "
-        "new Set(figures ? Object.keys(JSON.parse(figures)) : []); "
-        f"({load_asset('charts.js')})(figures); }}"
+        "(figures) => window.pgStream ? window.pgStream.setOwn(figures) : "
+        f"({load_asset('charts.js')})(figures)"
     )
