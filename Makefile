@@ -10,7 +10,7 @@ CHROMIUM := /usr/bin/chromium
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup system-packages test test-api-fuzz lint format run bench bench-scaling bench-beam bench-vllm bench-serve lock
+.PHONY: setup system-packages test test-api-fuzz lint format run bench bench-scaling bench-beam bench-vllm bench-serve bench-viewers lock
 
 # What `make test` needs. run and bench need only the venv (and a C compiler for the paged
 # decode kernel, else the engine gathers + SDPA); chromium is for the e2e tests.
@@ -68,6 +68,12 @@ bench: $(STAMP)
 
 bench-scaling: $(STAMP)
 	$(PY) bench/bench_scaling.py --plot-dir bench
+
+# A class watching the board: N simulated viewers (a process of their own) against the real app,
+# headless and watched rounds alternating; the table goes to bench/out/viewers.md.
+# BEFORE=DIR also measures a checkout from before the stream (docs/audience.md).
+bench-viewers: $(STAMP)
+	$(PY) bench/bench_viewers.py $(if $(BEFORE),--before $(BEFORE)) $(ARGS)
 
 bench-beam: $(STAMP)  # beam search: the engine against transformers generate(num_beams=4)
 	$(PY) bench/bench_beam.py --output-json bench/results_beam.json

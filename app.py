@@ -140,6 +140,7 @@ def create_app(
 
     from playground.access.public import is_public
     from playground.server.api import refuse_other_methods, register_api
+    from playground.server.board_stream import register_board_stream
     from playground.server.frontend import add_frontend
     from playground.server.health import add_health_routes
     from playground.server.options import ServingOptions
@@ -172,6 +173,7 @@ def create_app(
         refuse_other_methods(app)
     else:  # the API's /health comes with its routes
         add_health_routes(app, lambda: driver)
+    register_board_stream(app, driver.state, driver.stuck_for)  # every viewer's live board
     demo = build_ui(driver, seat)
     theme = gr.themes.Soft(primary_hue="indigo", neutral_hue="slate")
     css = load_asset("style.css")

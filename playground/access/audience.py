@@ -1,25 +1,53 @@
-"""Who is watching the board: the sessions whose timer ticked in the last few seconds.
+"""Who is watching the board, and how often each session's own timer ticks.
 
-Every watcher's browser redraws the charts it is sent, and the server builds and sends them;
-on a small shared CPU that competes with the engine itself. So charts come at most every
-`CHART_INTERVAL_S x slowdown`, where the slowdown grows with the audience beyond
-FULL_RATE_SESSIONS watchers.
+The board itself reaches every watcher over the stream (playground/server/board_stream.py),
+built once for all; a session's tick is the per-session rest (its own card, the inspected
+request, the seat banner, the rewind slider's range), and each tick is an event through
+Gradio's queue, paid per session (nothing follows it). So the
+sessions together tick about `ticks_per_s` times a second: a watcher ticks every
+`watcher_tick_s` while the audience is small, less often as it grows, never rarer than
+`max_interval_s` (the seat counts a session that stops ticking for its gone_s as gone: the
+board refuses a max_interval_s that is not under it). A session with something live of its own
+(the seat's holder or queue, a running request, an inspected one, a rewind) keeps `tick_s`.
 """
 
+import math
 import threading
+from dataclasses import dataclass
 
-ACTIVE_WINDOW_S = 3.0  # a session that has not ticked for this long has left (or is hidden)
-FULL_RATE_SESSIONS = 4  # up to this many watchers, everyone gets the full refresh rate
+TICK_S = 0.25  # the full rate: the page's timer, 4 times a second
+WATCHER_TICK_S = 1.0  # a watcher's tick while the audience is small
+TICKS_PER_S = 8.0  # all watchers' ticks together: one Gradio event each, nothing chained
+MAX_INTERVAL_S = 20.0  # inside the seat's gone_s (SeatPolicy), which the queue's places need
+
+
+@dataclass(frozen=True, slots=True)
+class TickPolicy:
+    tick_s: float = TICK_S
+    watcher_tick_s: float = WATCHER_TICK_S
+    ticks_per_s: float = TICKS_PER_S
+    max_interval_s: float = MAX_INTERVAL_S
+
+    def __post_init__(self):
+        for name in ("tick_s", "watcher_tick_s", "ticks_per_s", "max_interval_s"):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not (0 < value < math.inf)
+            ):
+                raise ValueError(f"{name} must be a number > 0, got {value!r}")
+        if not self.tick_s <= self.watcher_tick_s <= self.max_interval_s:
+            raise ValueError(
+                "tick_s <= watcher_tick_s <= max_interval_s must hold, got "
+                f"{self.tick_s}, {self.watcher_tick_s}, {self.max_interval_s}"
+            )
 
 
 class Audience:
-    def __init__(self, window_s: float = ACTIVE_WINDOW_S, full_rate: int = FULL_RATE_SESSIONS):
-        if window_s <= 0 or full_rate < 1:
-            raise ValueError(
-                f"window_s must be > 0 and full_rate >= 1, got {window_s} and {full_rate}"
-            )
-        self.window_s = window_s
-        self.full_rate = full_rate
+    def __init__(self, policy: TickPolicy | None = None):
+        self.policy = policy or TickPolicy()
+        self.window_s = 2 * self.policy.max_interval_s  # a session unseen this long has left
         self._last_seen: dict[str, float] = {}
         self._lock = threading.Lock()  # ticks of different sessions run in parallel threads
 
@@ -31,6 +59,9 @@ class Audience:
             self._last_seen = {s: t for s, t in self._last_seen.items() if t >= cutoff}
             return len(self._last_seen)
 
-    def slowdown(self, session: str | None, now: float) -> float:
-        """How much longer than usual to wait between chart redraws (>= 1)."""
-        return max(1.0, self.seen(session, now) / self.full_rate)
+    def interval(self, session: str | None, now: float, full_rate: bool = False) -> float:
+        """Seconds until this session's next tick (and notes this one)."""
+        watchers, p = self.seen(session, now), self.policy
+        if full_rate:
+            return p.tick_s
+        return round(min(p.max_interval_s, max(p.watcher_tick_s, watchers / p.ticks_per_s)), 2)

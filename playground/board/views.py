@@ -1,8 +1,9 @@
-"""What the board's timer and redraws return: HTML and chart JSON for one BoardState.
+"""What the board shows of one BoardState: HTML and chart JSON, for the live board's frames
+(frames.py) and a session's rewound board.
 
-Pure of Gradio state except gr.skip(); the charts are built once per board version and
-shared by every session (FigureCache), and each session is sent only the charts it lacks,
-as one JSON object that the page's assets/charts.js draws into the gr.Plot placeholders.
+Pure of Gradio state except gr.skip(); the charts are built once per board version
+(FigureCache), and a reader is sent only the charts it lacks, as one JSON object that the
+page's assets/charts.js draws into the gr.Plot placeholders.
 """
 
 import threading
@@ -87,16 +88,14 @@ PLOT_KEYS = ("queue", "batch", "timeline", "kv", "slots", "blocks", "steptime", 
              "stops", "latency", "tput")  # fmt: skip
 
 
-def _plots(state: BoardState, cache: FigureCache, keys, sent: dict | None, own=None) -> list:
+def _plots(state: BoardState, cache: FigureCache, keys, sent: dict | None) -> list:
     """This session's updated `sent`, then the charts it lacks as one JSON object
-    {chart: figure} (gr.skip() when it has them all). `own`: {chart: figure JSON} of this
-    session alone, in place of the shared one (sent when its JSON changed)."""
+    {chart: figure} (gr.skip() when it has them all)."""
     plots, revisions = cache.get(state)
     sent = dict(sent or {})
     parts = []
     for key in keys:
-        mark, plot = (hash(own[key]), own[key]) if own and key in own else (
-            revisions.get(key), plots.get(key))  # fmt: skip
+        mark, plot = revisions.get(key), plots.get(key)
         if plot is not None and sent.get(key) != mark:
             parts.append(f'"{key}":{plot}')
             sent[key] = mark
@@ -117,16 +116,11 @@ def board_values(state: BoardState, me: str | None, rid, deltas) -> list:
     ]
 
 
-def chart_values(
-    state: BoardState, cache: FigureCache, sent: dict | None = None, rid: str | None = None
-) -> list:
-    """A redraw of the charts: charts sent, then the figures the session lacks, per `sent`.
-    `rid`: the request this session inspects, whose block table it is shown (else the
-    board's pick, the request with most shared and copied blocks)."""
-    own = None
-    if rid and not remote.is_remote(state):
-        own = {"blocks": cache.block_table(state, rid)}
-    return _plots(state, cache, PLOT_KEYS, sent, own)
+def chart_values(state: BoardState, cache: FigureCache, sent: dict | None = None) -> list:
+    """A redraw of the charts: charts sent, then the figures the session lacks, per `sent`
+    (the block table is the board's pick, the request with most shared and copied blocks; a
+    session that inspects a request draws that one's itself: playground/ui/live.py)."""
+    return _plots(state, cache, PLOT_KEYS, sent)
 
 
 def compare_values(state: BoardState, cache: FigureCache, sent: dict | None = None) -> list:

@@ -2,8 +2,10 @@
 
 Layout first (controls on the left, cards and charts on the right, tabs below, the hidden
 parts the timer moves), then the wiring, at the bottom. The callbacks are in callbacks.py,
-the sections in controls.py and sections.py. One gr.Timer refreshes everything from the
-driver's latest BoardState and never waits for the driver.
+the sections in controls.py and sections.py. The live board comes over one stream per page,
+built once for every viewer (live.py, playground/server/board_stream.py); one gr.Timer per
+session brings this session's own things, never waits for the driver and sets off nothing
+else.
 
 Every event is private to the page (api_visibility="private": not in the Gradio API, and
 gradio_client refuses it); the one endpoint meant for clients is `/generate` (gr.api).
@@ -11,12 +13,14 @@ gradio_client refuses it); the one endpoint meant for clients is `/generate` (gr
 
 import gradio as gr
 
+from playground.access.audience import TICK_S
 from playground.access.seat import Seat
 from playground.driver import EngineDriver
 from playground.remote.views import INTRO as REMOTE_INTRO
 from playground.remote.views import is_remote
-from playground.ui.callbacks import TICK_S, BoardCallbacks, TickOutputs
+from playground.ui.callbacks import BoardCallbacks, TickOutputs
 from playground.ui.controls import Controls, build_controls, scenario_knobs
+from playground.ui.live import my_cards, own_charts_js, stream_js
 from playground.ui.rewind import RewindBar, TracePanel, build_rewind, build_traces
 from playground.ui.sections import (
     INTRO,
@@ -29,7 +33,6 @@ from playground.ui.sections import (
     build_top,
 )
 from playground.ui.story import (
-    CompareSection,
     LessonSection,
     build_compare,
     build_lesson,
@@ -60,14 +63,13 @@ def build_ui(driver: EngineDriver, seat: Seat | None = None) -> gr.Blocks:
             controls = build_controls(driver, k0, engine_knobs=not remote)
             with gr.Column(scale=3):
                 lesson = build_lesson()
-                compare = build_compare(first)
-                board = build_board(first)
-                stops = build_stops()
+                build_compare(first)
+                board = build_board(first, my_cards(driver.state(), ""))
+                build_stops()
         tabs = build_tabs()
         traces = build_traces()
-        _wire_refresh(demo, callbacks, refresh, top, board, tabs, compare, controls, rewind)
-        _wire_controls(demo, callbacks, controls, tabs, lesson)
-        _wire_story(callbacks, refresh, lesson, compare, stops)
+        _wire_refresh(demo, callbacks, refresh, board, tabs, controls, rewind)
+        _wire_controls(demo, callbacks, controls, tabs, lesson, refresh)
         _wire_rewind(callbacks, rewind, traces, refresh, top, board, tabs, controls)
     _poll_gently(demo)
     return demo
@@ -82,43 +84,30 @@ def _poll_gently(demo: gr.Blocks) -> None:
     demo._queue.progress_update_sleep_when_free = PROGRESS_POLL_S
 
 
-def _wire_refresh(demo, cb: BoardCallbacks, refresh: Refresh, top: Top, board, tabs: Tabs,
-                  compare: CompareSection, c: Controls, rewind: RewindBar):  # fmt: skip
+def _wire_refresh(demo, cb: BoardCallbacks, refresh: Refresh, board, tabs: Tabs, c: Controls,
+                  rewind: RewindBar):  # fmt: skip
     r = refresh
-    outputs = list(TickOutputs(r.version, r.chart_version, r.compare_version, r.charts_at,
-                               r.timer, top.alert, top.stats, board, tabs.log, tabs.inspector,
-                               compare.scoreboard, c.seat, c.role))  # fmt: skip
+    outputs = list(TickOutputs(r.version, r.timer, board, tabs.inspector, r.own_figures,
+                               rewind.slider, c.seat, c.role))  # fmt: skip
     hidden = dict(show_progress="hidden", queue=False, **PRIVATE)
-    inputs = [r.version, r.chart_version, r.charts_at, tabs.inspect_rid, r.timer, c.role, c.seat,
-              rewind.at]  # fmt: skip
+    inputs = [r.version, tabs.inspect_rid, r.timer, c.role, c.seat, rewind.at, rewind.slider]
     r.timer.tick(cb.tick, inputs, outputs, **hidden)
     demo.load(cb.arrive, inputs, outputs, **hidden)
+    demo.load(None, None, None, js=stream_js(), **hidden)  # the stream's subscription
     c.role.change(cb.show_role, c.role, [c.pause, *c.drive, c.seat_button], **hidden)
-    r.chart_version.change(cb.redraw_charts, [r.chart_version, r.sent, tabs.inspect_rid],
-                           [r.sent, r.figures, rewind.slider], **hidden)  # fmt: skip
-    r.compare_version.change(cb.redraw_compare, [r.compare_version, r.sent_compare],
-                             [r.sent_compare, r.compare_figures], **hidden)  # fmt: skip
-    draw = load_asset("charts.js")
-    r.figures.change(None, r.figures, None, js=draw, **hidden)
-    r.compare_figures.change(None, r.compare_figures, None, js=draw, **hidden)
+    r.figures.change(None, r.figures, None, js=load_asset("charts.js"), **hidden)  # rewound
+    r.own_figures.change(None, r.own_figures, None, js=own_charts_js(), **hidden)
     demo.unload(cb.leave)
 
 
-def _wire_story(cb: BoardCallbacks, r: Refresh, lesson: LessonSection, compare: CompareSection,
-                stops):  # fmt: skip
-    """The lesson, the stop reasons read aloud and the compare view follow the charts."""
-    r.chart_version.change(cb.refresh_story, [r.chart_version, lesson.lesson],
-                           [lesson.panel, stops, compare.group], show_progress="hidden",
-                           queue=False, **PRIVATE)  # fmt: skip
-
-
-def _wire_controls(demo, cb: BoardCallbacks, c: Controls, tabs: Tabs, lesson: LessonSection):
+def _wire_controls(demo, cb: BoardCallbacks, c: Controls, tabs: Tabs, lesson: LessonSection,
+                   r: Refresh):  # fmt: skip
     knobs = list(c.knobs)
     gr.api(cb.generate, api_name="generate", concurrency_limit=None)  # for clients
     p = PRIVATE
     c.knobs.scenario.change(cb.pick_scenario, c.knobs.scenario, [*knobs[1:], c.note],
                             show_progress="hidden", **p)  # fmt: skip
-    c.seat_button.click(cb.toggle_seat, None, None, **p)
+    c.seat_button.click(cb.toggle_seat, [c.role, c.seat], [c.seat, c.role], **p)
     c.start.click(cb.start, knobs, c.pause, **p)
     buttons = [*lesson.answers, lesson.skip]
     answered = [*knobs, c.note, c.pause, lesson.lesson, lesson.panel, *buttons]
@@ -139,7 +128,8 @@ def _wire_controls(demo, cb: BoardCallbacks, c: Controls, tabs: Tabs, lesson: Le
     c.cancel.click(cb.cancel_mine, None, c.send_status, **p)
     tabs.refresh_ids.click(cb.list_requests, None, tabs.inspect_rid, **p)
     tabs.inspector_tab.select(cb.list_requests, None, tabs.inspect_rid, **p)
-    tabs.inspect_rid.change(cb.inspect_request, tabs.inspect_rid, tabs.inspector, **p)
+    tabs.inspect_rid.change(cb.inspect_request, tabs.inspect_rid, [tabs.inspector, r.own_figures],
+                            **p)  # fmt: skip
 
 
 def _wire_rewind(board_cb: BoardCallbacks, rb: RewindBar, tp: TracePanel, r: Refresh, top: Top,
@@ -148,12 +138,12 @@ def _wire_rewind(board_cb: BoardCallbacks, rb: RewindBar, tp: TracePanel, r: Ref
     the shared engine: a control action, the seat's (BoardCallbacks.run_replay)."""
     cb = board_cb.replays
     hidden = dict(show_progress="hidden", queue=False, **PRIVATE)
-    shown = [rb.at, rb.note, top.stats, board, tabs.log, r.figures, r.sent]
+    shown = [rb.at, rb.note, top.stats, board, tabs.log, r.figures]
     rid = tabs.inspect_rid  # the block table shows the request the session inspects
     rb.slider.input(cb.show_step, [rb.slider, rid], shown, trigger_mode="always_last", **hidden)
     rb.back.click(cb.step_back, [rb.at, rb.slider, rid], [rb.slider, *shown], **hidden)
     rb.forward.click(cb.step_forward, [rb.at, rb.slider, rid], [rb.slider, *shown], **hidden)
-    rb.live.click(cb.go_live, rid, [rb.at, rb.note, rb.slider, top.stats, board, tabs.log,
-                                    r.figures, r.sent], **hidden)  # fmt: skip
+    rb.live.click(cb.go_live, None, [rb.at, rb.note, rb.slider, top.stats, board, tabs.log,
+                                     r.figures], **hidden)  # fmt: skip
     tp.export.click(cb.export, None, tp.files, **PRIVATE)
     tp.run.click(board_cb.run_replay, [tp.upload, tp.mode], [tp.status, c.pause], **PRIVATE)

@@ -3,8 +3,9 @@ component updates; the work is the driver's (playground/driver/) and the views' 
 
 The engine and the driver are shared by every browser session; per-session things (the
 visitor's id, the last board version drawn, the request being inspected) come in through
-gr.State / gr.Request. `tick` never waits for the driver. Figures are built once per board
-version and shared by all sessions (FigureCache).
+gr.State / gr.Request. `tick` never waits for the driver. The live board is built once per
+version for every viewer and reaches each page over the stream (playground/ui/live.py); the
+rewind's figures are built once per version too (FigureCache).
 
 Every handler but the timer's answers only sessions of the board's page (those whose load
 event ran: `arrive`); the controls also ask the Seat (playground/access/seat.py) whether this
@@ -22,39 +23,32 @@ from engine import EngineConfig
 from playground.access import public
 from playground.access.audience import Audience
 from playground.access.rate_limit import RateLimited
-from playground.access.seat import PRESENTER_PARAM, Role, Seat, SeatView
+from playground.access.seat import PRESENTER_PARAM, ControlMode, Role, Seat, SeatView
 from playground.access.seat_banner import refusal, render_seat, seat_button
 from playground.board import cards
 from playground.board.inspector import render_inspector
-from playground.board.views import FigureCache, board_values, chart_values, compare_values
+from playground.board.views import FigureCache
 from playground.driver import EngineDriver, RequestRejected
-from playground.remote.views import is_remote, render_banner
+from playground.remote.views import is_remote
 from playground.teaching.lessons import LESSONS, render_lesson
-from playground.teaching.stop_reasons import render_stop_panel
 from playground.ui.controls import NUM_DRIVE_CONTROLS, Knobs, note, scenario_knobs
+from playground.ui.live import lesson_slot, own_charts, own_text, wants_full_rate
 from playground.ui.rewind import RewindCallbacks, slider_update
 from playground.ui.story import MAX_ANSWERS
 from playground.workload.scenarios import SCENARIOS
 
-TICK_S = 0.25  # the text refreshes ~4 times a second
-CHART_INTERVAL_S = 0.5  # charts redraw at most 2x/s: the browser's Plotly redraws are the cost
 KNOBS_REFUSED = "the engine refused these knobs"
 
 
 class TickOutputs(NamedTuple):
     """What one tick returns, by name (the wiring lists the components in this order)."""
 
-    version: object
-    chart_version: object
-    compare_version: object
-    charts_at: object
-    timer: object  # the timer's interval: longer while many sessions watch
-    alert: object
-    stats: object
-    board: object
-    log: object
+    version: object  # the board version this session's own things were drawn from
+    timer: object  # the timer's interval: the full rate, or rarer for a watcher in a crowd
+    board: object  # the visitor's own card (everybody else's come over the stream)
     inspector: object
-    scoreboard: object
+    own_charts: object  # the inspected request's block table
+    slider: object  # the rewind slider over the steps kept
     seat: object  # the seat banner
     role: object  # "<Role>:paused|running" of this session, when it changed
 
@@ -81,6 +75,11 @@ class BoardCallbacks:
         self.cache = FigureCache()
         self.replays = RewindCallbacks(driver, self.cache)  # the rewind bar and the run's files
         self.audience = Audience()
+        if self.audience.policy.max_interval_s >= self.seat.policy.gone_s:
+            raise ValueError(
+                f"a watcher ticks every {self.audience.policy.max_interval_s} s at most, which "
+                f"must be under the seat's gone_s ({self.seat.policy.gone_s} s): it would leave"
+            )
 
     # -- who may ask -----------------------------------------------------------------------
     def _visitor(self, request: gr.Request) -> str:
@@ -105,60 +104,48 @@ class BoardCallbacks:
         return True
 
     # -- refresh ---------------------------------------------------------------------------
-    def arrive(self, seen, charts_seen, last_charts, rid, every, role, banner,
-               request: gr.Request, rewound=None):  # fmt: skip
+    def arrive(self, seen, rid, every, role, banner, rewound, slider, request: gr.Request):
         """The page's load event: the session becomes a visitor of the board (a presenter
         if its URL carries the presenter key), then its first tick."""
         key = dict(request.query_params or {}).get(PRESENTER_PARAM)
         self.seat.arrive(request.session_hash, time.monotonic(), key)
-        return self.tick(seen, charts_seen, last_charts, rid, every, role, banner, request,
-                         rewound)  # fmt: skip
+        return self.tick(seen, rid, every, role, banner, rewound, slider, request)
 
-    def tick(self, seen, charts_seen, last_charts, rid, every, role, banner, request: gr.Request,
-             rewound=None):  # fmt: skip
-        """Cheap: never waits for the driver. The text comes with the tick; the charts
-        come through chart_version's change event, at most every CHART_INTERVAL_S. Both
-        come more rarely while many people watch (see Audience): the timer's interval
-        is part of the answer. The seat banner and the role key come when they differ from
-        what the page shows (`role`, `banner`: the page's own values, so a late answer
-        can never leave the page out of date). While this session looks at an earlier step
-        (`rewound`), the board is left as it is."""
+    def tick(self, seen, rid, every, role, banner, rewound, slider, request: gr.Request):
+        """Cheap: never waits for the driver, and nothing follows it. The board comes over the
+        stream (playground/ui/live.py); the tick brings this session's own things: its card
+        and the request it inspects, the rewind slider's range while it is live, and, when
+        they differ from what the page shows (`role`, `banner`: the page's own values, so a
+        late answer never leaves the page out of date), the seat banner and role. The timer's
+        interval is part of the answer (Audience): the full rate for a session with something
+        live of its own, rarer for a watcher in a crowd. `rewound`: the step this session
+        looks at (None: live)."""
         state, now = self.driver.state(), time.monotonic()
         session = request.session_hash
         self.seat.seen(session, now)
         view = self.seat.view(session, now)
-        running = "paused" if state.paused else "running"
-        role_now = f"{view.role.value}:{running}"
-        banner_now = render_seat(view, state.paused_until, now)
-        changed = state.version != seen and rewound is None
-        warning = cards.render_alert(self.driver.stuck_for()) or render_banner(state)
-        if not warning and not changed:
-            warning = gr.skip()  # nothing shown (the last new version cleared it)
-        slowdown = self.audience.slowdown(request.session_hash, now)
-        due = (
-            rewound is None
-            and state.version != charts_seen
-            and now - (last_charts or 0) >= (CHART_INTERVAL_S * slowdown)
-        )
-        interval = round(TICK_S * slowdown, 2)
+        me = cards.visitor_owner(session)
+        holds = view.role is Role.DRIVER and self.seat.mode is not ControlMode.OPEN
+        full = wants_full_rate(state, me, rid, rewound, view.role, holds)
+        interval = self.audience.interval(session, now, full)
         skip = gr.skip()
+        board, inspector, figures = skip, skip, skip
+        changed = state.version != seen and rewound is None
         if changed:
-            me = cards.visitor_owner(request.session_hash)
-            deltas = self.driver.deltas(rid) if rid else ()
-            text = board_values(state, me, rid, deltas)
-            if not rid:  # the inspector is inspect_request's until one is picked
-                text[3] = skip
-        else:
-            text = [skip] * 5
+            board, inspector = own_text(state, me, rid, self.driver.deltas(rid) if rid else ())
+            figures = own_charts(state, rid, self.cache) if rid else skip
+        window = self.driver.history.steps()
+        live_end = rewound is None and window is not None and slider != window[1]
+        running = "paused" if state.paused else "running"
+        shown = render_seat(view, state.paused_until, now), f"{view.role.value}:{running}"
         return TickOutputs(
             state.version if changed else skip,
-            state.version if due else skip,
-            state.version if due and state.compare else skip,
-            now if due else skip,
             interval if interval != every else skip,
-            warning,
-            *text,
-            *self._seat_outputs(view.role, (banner_now, role_now), (banner, role)),
+            board,
+            inspector,
+            figures,
+            slider_update(window) if live_end else skip,
+            *self._seat_outputs(view.role, shown, (banner, role)),
         )
 
     @staticmethod
@@ -179,16 +166,6 @@ class BoardCallbacks:
         pause = gr.update(value=label, interactive=role.may_drive)
         updates = [gr.update(interactive=role.may_drive) for _ in range(NUM_DRIVE_CONTROLS)]
         return [pause, *updates, gr.update(value=button or "", visible=button is not None)]
-
-    def redraw_charts(self, _version, charts_sent: dict, rid: str | None = None):
-        """The charts the session lacks (the block table of the request it inspects, `rid`),
-        and the rewind slider over the steps kept."""
-        state = self.driver.state()
-        return [*chart_values(state, self.cache, charts_sent, rid),
-                slider_update(self.driver.history.steps())]  # fmt: skip
-
-    def redraw_compare(self, _version, charts_sent: dict):
-        return compare_values(self.driver.state(), self.cache, charts_sent)
 
     # -- presets and transport -----------------------------------------------------------------
     def pick_scenario(self, key: str, request: gr.Request):
@@ -250,18 +227,8 @@ class BoardCallbacks:
         state = self.driver.state()  # the fresh run's: its verdict is this lesson's
         lesson = {"key": key, "guess": guess, "run": state.run}
         hidden = [gr.Button(visible=False)] * (MAX_ANSWERS + 1)
-        return [*started, lesson, render_lesson(state, key, guess, state.run), *hidden]
-
-    def refresh_story(self, _version, lesson: dict | None):
-        """With the charts: this session's lesson, the stop reasons read aloud, and the
-        comparison shown while compare mode runs."""
-        state = self.driver.state()
-        lesson = lesson or {}
-        return [
-            render_lesson(state, lesson.get("key"), lesson.get("guess"), lesson.get("run")),
-            render_stop_panel(state.snapshot),
-            gr.Column(visible=state.compare),
-        ]
+        panel = lesson_slot(render_lesson(state, key, guess, state.run), key, state.run, guess)
+        return [*started, lesson, panel, *hidden]  # the stream's frames carry it on
 
     def toggle_pause(self, request: gr.Request):
         if not self._drives(request):
@@ -304,13 +271,19 @@ class BoardCallbacks:
             return gr.skip(), gr.skip()
         return self.replays.run_replay(path, mode)
 
-    def toggle_seat(self, request: gr.Request):
-        """The seat button: take, give up, queue, leave the queue (the next tick shows it)."""
+    def toggle_seat(self, role: str, banner: str, request: gr.Request):
+        """The seat button: take, give up, queue, leave the queue; the seat banner and role
+        at once (a watcher's own tick may be seconds away)."""
         self._visitor(request)
+        session, now = request.session_hash, time.monotonic()
         try:
-            self.seat.toggle(request.session_hash, time.monotonic())
+            self.seat.toggle(session, now)
         except RateLimited as exc:
             warn(f"Slow down: {exc}")
+        view, state = self.seat.view(session, now), self.driver.state()
+        running = "paused" if state.paused else "running"
+        shown = render_seat(view, state.paused_until, now), f"{view.role.value}:{running}"
+        return self._seat_outputs(view.role, shown, (banner, role))
 
     # -- the visitor's own requests ------------------------------------------------------------
     def submit_prompt(self, text, mt, temp, tp, tk, sd, stop_text, lp, request: gr.Request):
@@ -356,14 +329,16 @@ class BoardCallbacks:
         return gr.Dropdown([(labels.get(i, i), i) for i in ids])
 
     def inspect_request(self, rid: str | None, request: gr.Request):
+        """The inspector and the request's block table (none: the board's pick comes back)."""
         self._visitor(request)
         if not rid:
-            return render_inspector(None, (), None)
+            return render_inspector(None, (), None), ""
         try:  # the driver's answer, not the last BoardState: a tick may already draw newer
             detail = self.driver.watch(rid)
         except TimeoutError:  # a stuck driver (the board says so): what it last published
             detail = self.driver.state().details.get(rid)
-        return render_inspector(detail, self.driver.deltas(rid), rid)
+        charts = own_charts(self.driver.state(), rid, self.cache)
+        return render_inspector(detail, self.driver.deltas(rid), rid), charts
 
 
 def _answer_buttons(key: str) -> list:

@@ -1,8 +1,9 @@
 """The rewind bar and the trace / replay panel: their components and their callbacks.
 
 Rewinding is per visitor: the step shown lives in this session's gr.State, and while it is
-set the timer's tick leaves the board alone (the engine runs on for everyone else; pausing
-stays the Pause button's business). The views are the board's own (playground/record/rewind.py).
+set the stream's frames and the timer's tick leave the board alone (the engine runs on for
+everyone else; pausing stays the Pause button's business). The views are the board's own
+(playground/record/rewind.py).
 """
 
 import tempfile
@@ -20,6 +21,7 @@ from playground.driver import EngineDriver
 from playground.record.replay import Replay
 from playground.record.replay_door import board_replay
 from playground.record.rewind import live_note, rewind_note, rewound_figures, rewound_state
+from playground.ui.live import live_slot, my_cards
 from playground.ui.widgets import html
 
 REPLAY_MODES = ("its own knobs", "continuous", "static", "A/B: continuous vs static")
@@ -83,12 +85,12 @@ class RewindCallbacks:
 
     def show_step(self, step, rid: str | None, request: gr.Request):
         """The board as after `step` (this session only), the block table of `rid`, the
-        request it inspects: [at, note, stats, board, log, figures, sent]."""
+        request it inspects: [at, note, stats, board, log, figures]."""
         history = self.driver.history
         window = history.steps()
         frame = history.frame(int(step)) if window else None
         if frame is None:
-            return [None, live_note(window), *[gr.skip()] * 5]
+            return [None, live_note(window), *[gr.skip()] * 4]
         snap, users = frame
         live = self.driver.state()
         state = rewound_state(live, snap, users)
@@ -99,7 +101,7 @@ class RewindCallbacks:
         figures = rewound_figures(state, window, end, rid)
         payload = "{" + ",".join(f'"{k}":{v}' for k, v in figures.items()) + "}"
         note = rewind_note(snap.step, window, history.nbytes(), len(history))
-        return [snap.step, note, text[0], text[1], text[2], payload, {}]
+        return [snap.step, note, text[0], text[1], text[2], payload]
 
     def step_back(self, at, slider, rid: str | None, request: gr.Request):
         return self._step_by(at, slider, -1, rid, request)
@@ -111,18 +113,18 @@ class RewindCallbacks:
         """One step from the one shown (from the newest, if live): [slider, *show_step]."""
         window = self.driver.history.steps()
         if window is None:
-            return [gr.skip()] * 8
+            return [gr.skip()] * 7
         step = min(window[1], max(window[0], int(at if at is not None else slider) + delta))
         return [gr.Slider(value=step), *self.show_step(step, rid, request)]
 
-    def go_live(self, rid: str | None, request: gr.Request):
-        """Back to the live board: [at, note, slider, stats, board, log, figures, sent]."""
+    def go_live(self, request: gr.Request):
+        """Back to the live board: [at, note, slider, stats, board, log, figures], the live
+        slots back in stats, board and log (the stream fills them), every live chart."""
         state, window = self.driver.state(), self.driver.history.steps()
         me = cards.visitor_owner(request.session_hash)
-        text = board_values(state, me, None, ())
-        sent, figures = chart_values(state, self.cache, {}, rid)
-        return [None, live_note(window), slider_update(window), text[0], text[1], text[2],
-                figures, sent]  # fmt: skip
+        _, figures = chart_values(state, self.cache, {})
+        return [None, live_note(window), slider_update(window), live_slot("stats"),
+                my_cards(state, me), live_slot("log"), figures]  # fmt: skip
 
     # -- trace and replay ----------------------------------------------------------------------
     def export(self):

@@ -1,12 +1,13 @@
 """The board's other sections: the top (intro, stat tiles, watchdog banner), the charts next
-to the cards, the tabs below (step log, inspector, compare), and the hidden parts the one
-timer drives."""
+to the cards, the tabs below (step log, inspector, compare), and the hidden parts the
+session's timer drives. The live board's components start as the stream's slots (live.py)."""
 
 from dataclasses import dataclass
 
 import gradio as gr
 
 from playground.board.views import PLOT_KEYS
+from playground.ui.live import live_slot
 from playground.ui.widgets import html, load_asset, plot
 
 INTRO = """
@@ -35,32 +36,25 @@ class Tabs:
 
 @dataclass(frozen=True)
 class Refresh:
-    """What the timer moves. The hidden versions change when the board did, and their
-    .change events redraw: the text every tick, the charts at most every CHART_INTERVAL_S
-    (the browser redraws every chart it gets). One tick returning every figure, gr.skip()
-    for the unchanged ones, would cost Gradio ~1 ms per skipped output on every tick."""
+    """What the session's timer moves; the live board itself comes over the stream (live.py)."""
 
-    version: gr.Number
-    chart_version: gr.Number
-    compare_version: gr.Number
-    charts_at: gr.State  # time.monotonic() of this session's last chart redraw
-    sent: gr.State  # chart -> revision this session has
-    sent_compare: gr.State
-    figures: gr.Textbox  # {chart: figure} JSON for assets/charts.js
-    compare_figures: gr.Textbox
+    version: gr.Number  # the board version this session's own things were drawn from
+    figures: gr.Textbox  # {chart: figure} JSON for assets/charts.js: a rewound board's charts
+    own_figures: gr.Textbox  # ... the inspected request's block table, kept out of the stream
     timer: gr.Timer
 
 
 def build_top(intro: str = INTRO) -> Top:
     with gr.Row(elem_classes="pg-top"):
         html(intro)
-        stats = html(elem_id="pg-stats")
-    return Top(stats, html(elem_id="pg-alert"))
+        stats = html(live_slot("stats"), elem_id="pg-stats")
+    return Top(stats, html(live_slot("alert"), elem_id="pg-alert"))
 
 
-def build_board(first: dict[str, str]) -> gr.HTML:
-    """The cards and, under them, the charts two by two; returns the cards' HTML."""
-    board = html(elem_id="pg-board", js_on_load=load_asset("board.js"))
+def build_board(first: dict[str, str], cards: str) -> gr.HTML:
+    """The cards (`cards`: the visitor's own card and the slot of the others') and, under
+    them, the charts two by two; returns the cards' HTML."""
+    board = html(cards, elem_id="pg-board", js_on_load=load_asset("board.js"))
     with gr.Column(elem_id="pg-charts"):
         for i in range(0, len(PLOT_KEYS), 2):
             with gr.Row(elem_classes="pg-plot-row"):
@@ -72,7 +66,7 @@ def build_board(first: dict[str, str]) -> gr.HTML:
 def build_tabs() -> Tabs:
     with gr.Tabs():
         with gr.Tab("Step log"):
-            log = html(elem_id="pg-log")
+            log = html(live_slot("log"), elem_id="pg-log")
         with gr.Tab("Sequence inspector") as inspector_tab:
             with gr.Row():
                 inspect_rid = gr.Dropdown([], label="request", allow_custom_value=True, scale=4)
@@ -84,12 +78,7 @@ def build_tabs() -> Tabs:
 def build_refresh(tick_s: float) -> Refresh:
     return Refresh(
         version=gr.Number(-1, visible=False),
-        chart_version=gr.Number(-1, visible=False),
-        compare_version=gr.Number(-1, visible=False),
-        charts_at=gr.State(0.0),
-        sent=gr.State({}),
-        sent_compare=gr.State({}),
         figures=gr.Textbox(visible=False),
-        compare_figures=gr.Textbox(visible=False),
+        own_figures=gr.Textbox(visible=False),
         timer=gr.Timer(tick_s),
     )

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import gradio as gr
 
 from playground.board.views import COMPARE_KEYS
+from playground.teaching.lessons import render_lesson
+from playground.ui.live import live_slot
 from playground.ui.widgets import html, plot
 
 MAX_ANSWERS = 3  # a lesson offers two or three
@@ -21,15 +23,9 @@ class LessonSection:
     skip: gr.Button
 
 
-@dataclass(frozen=True)
-class CompareSection:
-    group: gr.Column  # shown only in compare mode
-    scoreboard: gr.HTML
-
-
 def build_lesson() -> LessonSection:
     with gr.Group(elem_id="pg-lesson"):
-        panel = html(elem_id="pg-lesson-panel")
+        panel = html(render_lesson(None, None, None), elem_id="pg-lesson-panel")
         with gr.Row():
             answers = tuple(
                 gr.Button("", visible=False, size="sm", elem_id=f"pg-answer-{i}",
@@ -41,17 +37,17 @@ def build_lesson() -> LessonSection:
     return LessonSection(gr.State({"key": None, "guess": None}), panel, answers, skip)
 
 
-def build_compare(first: dict[str, str]) -> CompareSection:
-    """The comparison of both lanes, above the cards while compare mode runs."""
-    with gr.Column(visible=False, elem_id="pg-compare") as group:
+def build_compare(first: dict[str, str]) -> None:
+    """The comparison of both lanes, above the cards while compare mode runs (the stream's
+    frames say when: assets/board_stream.js shows it)."""
+    with gr.Column(visible="hidden", elem_id="pg-compare"):
         gr.Markdown("#### Static vs continuous: one workload, two engines", elem_classes="pg-h")
-        scoreboard = html(elem_id="pg-scoreboard")
+        html(live_slot("scoreboard"), elem_id="pg-scoreboard")
         for row in (COMPARE_KEYS[i : i + 2] for i in range(0, len(COMPARE_KEYS), 2)):
             with gr.Row():
                 for key in row:
                     plot(key, first)
-    return CompareSection(group, scoreboard)
 
 
-def build_stops() -> gr.HTML:
-    return html(elem_id="pg-stops")
+def build_stops() -> None:
+    html(live_slot("stops"), elem_id="pg-stops")

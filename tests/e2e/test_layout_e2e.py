@@ -18,9 +18,10 @@ NUM_TICKS = 20
 # Every box that must not move: the cards, each card, the lesson, each chart of the board.
 BOXES = """() => Object.fromEntries(
     ['#pg-board .pg-cards', '#pg-lesson-panel', ...[...document.querySelectorAll('.pg-plot')]
-        .map(p => '#' + p.id), ...[...document.querySelectorAll('.pg-card')]
-        .map((c, i) => `.pg-card:nth-child(${i + 1})`)]
-    .map(s => { const r = document.querySelector(s).getBoundingClientRect();
+        .map(p => '#' + p.id), ...[...document.querySelectorAll('.pg-card')].keys()]
+    .map(s => { const e = typeof s === 'number' ? document.querySelectorAll('.pg-card')[s]
+                                                : document.querySelector(s);
+                const r = e.getBoundingClientRect();
                 return [s, [r.x, r.y + window.scrollY, r.width, r.height]] }))"""
 STEP = "() => parseInt(document.querySelector('#pg-stats .pg-tile-v').textContent)"
 

@@ -21,7 +21,7 @@ def test_every_callback_is_a_named_method_of_one_object(driver):
     """Callbacks live at module level (BoardCallbacks), not as closures inside build_ui."""
     demo = build_ui(driver)
     names = {f.name for f in demo.fns.values()}
-    expected = {"tick", "redraw_charts", "redraw_compare", "pick_scenario", "start",
+    expected = {"tick", "go_live", "pick_scenario", "start",
                 "toggle_pause", "single_step", "reset_board", "set_pace", "submit_prompt",
                 "cancel_mine", "list_requests", "inspect_request", "generate", "arrive",
                 "show_role", "toggle_seat", "leave"}  # fmt: skip

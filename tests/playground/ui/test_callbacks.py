@@ -1,12 +1,14 @@
-"""The board's callbacks: escaped refusals, the timer's interval, the watchdog banner, the
-inspector."""
+"""The board's callbacks: escaped refusals, the timer's interval and what a tick brings (the
+board itself comes over the stream), the seat, the inspector."""
 
 import time
 
 import gradio as gr
 import pytest
 
-from playground.access.seat import Seat
+from playground.access.audience import MAX_INTERVAL_S, TICKS_PER_S, WATCHER_TICK_S
+from playground.access.seat import Seat, SeatPolicy
+from playground.board import cards
 from playground.ui import TICK_S, build_ui
 from playground.ui.callbacks import BoardCallbacks
 from playground.ui.controls import NUM_DRIVE_CONTROLS, Knobs
@@ -22,7 +24,7 @@ def _callback(demo: gr.Blocks, name: str):
 def visitor(demo: gr.Blocks, session: str, **query) -> gr.Request:
     """A session whose page loaded (the load event ran): its request."""
     request = gr.Request(session_hash=session, query_params=query)
-    _callback(demo, "arrive")(-1, -1, 0.0, None, TICK_S, "", "", request)
+    _callback(demo, "arrive")(-1, None, TICK_S, "", "", None, 0, request)
     return request
 
 
@@ -46,30 +48,54 @@ def test_refusals_in_toasts_and_the_send_status_are_escaped(driver):
 
 
 def test_the_timer_slows_down_while_many_sessions_watch(driver):
-    """The tick answers the session's timer interval: TICK_S for a few watchers, longer for
-    more (charts likewise), so a small CPU is not spent on redraws."""
+    """The tick answers the session's timer interval (the board itself comes over the stream):
+    a watcher's own things every WATCHER_TICK_S while few watch, rarer for a crowd, never rarer
+    than MAX_INTERVAL_S; a session with a live request of its own keeps TICK_S."""
     demo = build_ui(driver)
-    tick = next(f.fn for f in demo.fns.values() if f.name == "tick")  # timer and page load
+    tick = _callback(demo, "tick")  # timer and page load
 
     def interval(session: str, every: float):  # the timer output of one tick
-        out = tick(-1, -1, 0.0, None, every, "", "", gr.Request(session_hash=session))
-        return out.timer
+        return tick(-1, None, every, "", "", None, 0, gr.Request(session_hash=session)).timer
 
-    assert interval("s0", TICK_S) == gr.skip()  # one watcher: the timer is left as it is
-    assert interval("s0", 1.0) == TICK_S  # a slowed-down timer is set back
-    for i in range(1, 8):
+    assert interval("s0", WATCHER_TICK_S) == gr.skip()  # left as it is
+    assert interval("s0", TICK_S) == WATCHER_TICK_S
+    for i in range(1, 80):
         interval(f"s{i}", TICK_S)
-    assert interval("s0", TICK_S) == 2 * TICK_S  # 8 watchers, 4 at full rate
+    assert interval("s0", TICK_S) == 80 / TICKS_PER_S
+    for i in range(80, 400):
+        interval(f"s{i}", TICK_S)
+    assert interval("s0", TICK_S) == MAX_INTERVAL_S
+    me = visitor(demo, "mine")
+    handle = driver.submit("a long one", fixed(400), owner=cards.visitor_owner("mine"))
+    settled(driver, lambda s: any(r.request_id == handle.request_id for r in s.records))
+    driver.pause()  # the request stays unfinished
+    assert tick(-1, None, MAX_INTERVAL_S, "", "", None, 0, me).timer == TICK_S
+    assert tick(-1, None, MAX_INTERVAL_S, "", "", 3, 0, visitor(demo, "back")).timer == TICK_S
+    driver.abort(handle.request_id)
+    driver.resume()
 
 
-def test_the_watchdog_banner_is_sent_only_when_it_can_have_changed(driver):
+def test_a_watchers_tick_brings_only_its_own_things_and_the_slider_while_live(driver):
+    """No stat tiles, log, banner or charts in a tick (the stream's); the rewind slider's range
+    follows the steps kept while the session is live, and stays the visitor's while rewound."""
     demo = build_ui(driver)
-    tick = next(f.fn for f in demo.fns.values() if f.name == "tick")
-    request = gr.Request(session_hash="a")
-    first = tick(-1, -1, 0.0, None, TICK_S, "", "", request)
-    assert first.alert == ""  # a new board version: the (empty) banner comes with it
-    version = first.version
-    assert tick(version, version, 0.0, None, TICK_S, "", "", request).alert == gr.skip()
+    tick, me = _callback(demo, "tick"), visitor(demo, "a")
+    driver.submit("some steps", fixed(4)).result(timeout=30)
+    settled(driver, lambda s: driver.history.steps() is not None)
+    window = driver.history.steps()
+    out = tick(-1, None, TICK_S, "", "", None, 0, me)
+    assert set(out._fields) == {"version", "timer", "board", "inspector", "own_charts",
+                                "slider", "seat", "role"}  # fmt: skip
+    assert out.board == gr.skip() and out.inspector == gr.skip() and out.own_charts == gr.skip()
+    assert out.slider.maximum >= window[1] and out.slider.value == out.slider.maximum
+    assert tick(-1, None, TICK_S, "", "", None, driver.history.steps()[1], me).slider == gr.skip()
+    rewound = tick(-1, None, TICK_S, "", "", window[0], 0, me)
+    assert rewound.slider == gr.skip() and rewound.version == gr.skip()
+
+
+def test_a_watcher_must_tick_inside_the_seats_gone_time(driver):
+    with pytest.raises(ValueError, match="gone_s"):
+        BoardCallbacks(driver, Seat("seat", SeatPolicy(gone_s=MAX_INTERVAL_S)))
 
 
 def test_a_preset_shows_its_knobs_and_starts_with_them(driver):
@@ -98,30 +124,44 @@ def test_a_role_change_sets_what_the_session_may_use(driver):
 def test_the_tick_sends_the_role_until_the_page_shows_it_and_none_before_the_load(driver):
     demo = build_ui(driver)
     tick = _callback(demo, "tick")
-    early = tick(-1, -1, 0.0, None, TICK_S, "", "", gr.Request(session_hash="s"))
+    early = tick(-1, None, TICK_S, "", "", None, 0, gr.Request(session_hash="s"))
     assert early.role == gr.skip() and early.seat == gr.skip()  # its load has not run yet
-    first = _callback(demo, "arrive")(-1, -1, 0.0, None, TICK_S, "", "", visitor(demo, "s"))
+    first = _callback(demo, "arrive")(-1, None, TICK_S, "", "", None, 0, visitor(demo, "s"))
     assert first.role == "driver:running" and first.seat == gr.skip()  # open: no banner
-    late = tick(-1, -1, 0.0, None, TICK_S, "stranger:running", "", visitor(demo, "s"))
+    late = tick(-1, None, TICK_S, "stranger:running", "", None, 0, visitor(demo, "s"))
     assert late.role == "driver:running"  # a late answer left the page behind: sent again
-    assert tick(-1, -1, 0.0, None, TICK_S, "driver:running", "", visitor(demo, "s")).role \
+    assert tick(-1, None, TICK_S, "driver:running", "", None, 0, visitor(demo, "s")).role \
         == gr.skip()  # fmt: skip
+
+
+def test_the_seat_button_answers_with_the_banner_and_role_at_once(driver):
+    """A watcher's own tick may be many seconds away: the button's answer shows the seat."""
+    demo = build_ui(driver, Seat("seat", on_handover=driver.resume))
+    toggle = _callback(demo, "toggle_seat")
+    holder, other = visitor(demo, "h"), visitor(demo, "o")
+    banner, role = toggle("free:running", "", holder)
+    assert role == "driver:running" and "You drive" in banner, banner
+    banner, role = toggle("watcher:running", "", other)
+    assert role == "queued:running" and banner != gr.skip()
+    assert toggle("driver:running", banner, other)[1] == "watcher:running"  # left the queue
 
 
 def test_the_inspector_draws_the_drivers_answer_and_the_tick_keeps_an_unpicked_one(driver):
     """Picking a request answers with its detail as the driver holds it now, even on a paused
-    board that publishes nothing new; and a tick sent before the pick (no request yet) does
-    not put the "pick a request" text back over it."""
+    board that publishes nothing new, and its block table; a tick sent before the pick (no
+    request yet) does not put the "pick a request" text back over it."""
     demo = build_ui(driver)
     me = visitor(demo, "a")
-    handle = driver.submit("inspect me", fixed(4), wait=True)
+    handle = driver.submit("inspect me", fixed(4), owner=cards.visitor_owner("a"), wait=True)
     handle.result(timeout=30)
     driver.pause()
-    html = _callback(demo, "inspect_request")(handle.request_id, me)
+    html, figures = _callback(demo, "inspect_request")(handle.request_id, me)
     assert 'class="pg-inspector"' in html and handle.request_id in html, html
+    assert figures.startswith('{"blocks":{') and handle.request_id in figures
+    assert _callback(demo, "inspect_request")(None, me)[1] == ""  # the board's pick back
     tick = _callback(demo, "tick")
-    unpicked = tick(-1, -1, 0.0, None, TICK_S, "", "", me)
-    assert unpicked.board != gr.skip() and unpicked.inspector == gr.skip()
+    unpicked = tick(-1, None, TICK_S, "", "", None, 0, me)
+    assert unpicked.board != gr.skip() and unpicked.inspector == gr.skip()  # its own card
     settled(driver, lambda s: handle.request_id in s.details)  # the watch reaches the board
-    picked = tick(-1, -1, 0.0, handle.request_id, TICK_S, "", "", me)
-    assert 'class="pg-inspector"' in picked.inspector
+    picked = tick(-1, handle.request_id, TICK_S, "", "", None, 0, me)
+    assert 'class="pg-inspector"' in picked.inspector and picked.own_charts.startswith("{")

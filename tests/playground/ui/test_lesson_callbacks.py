@@ -1,5 +1,5 @@
 """A preset asks first: its button shows the question and the knobs, an answer starts the run,
-and the panel follows the charts with the measured answer; compare mode is the main view."""
+and the stream's frames carry the panel on with the measured answer."""
 
 import time
 
@@ -52,14 +52,14 @@ def test_an_answer_starts_the_preset_and_keeps_the_guess(driver):
     assert cb.answer_lesson(0, {"key": None}, PAGE) == [gr.skip()] * len(skipped)
 
 
-def test_the_story_follows_the_charts_and_compare_mode_is_the_main_view(driver):
-    cb = _callbacks(driver)
-    panel, stops, compare = cb.refresh_story(0, {"key": "chat_burst", "guess": "few"})
-    assert "your guess: <b>1 or 2 steps</b>" in panel and "What the stop reasons say" in stops
-    assert compare.visible is False
-    cb.answer_lesson(2, {"key": "static_vs_continuous"}, PAGE)
-    driver.pause()
-    assert cb.refresh_story(0, None)[2].visible is True
+def test_an_answered_panel_names_its_lesson_run_and_guess_for_the_stream(driver):
+    """The stream's frames carry the panel of every guess for the running lesson; the page
+    picks the one its slot names (assets/board_stream.js)."""
+    panel = _callbacks(driver).answer_lesson(0, {"key": "chat_burst"}, PAGE)[NUM_KNOBS + 3]
+    run = driver.state().run
+    assert panel.startswith('<div class="pg-live" data-live="lesson" data-key="chat_burst" '
+                            f'data-run="{run}" data-guess="few">')  # fmt: skip
+    assert "your guess: <b>1 or 2 steps</b>" in panel
 
 
 def test_the_page_has_the_lesson_and_compare_sections_and_no_compare_tab(driver):
@@ -70,4 +70,4 @@ def test_the_page_has_the_lesson_and_compare_sections_and_no_compare_tab(driver)
     tabs = [b.label for b in demo.blocks.values() if isinstance(b, gr.Tab)]
     assert tabs == ["Step log", "Sequence inspector"]
     names = {f.name for f in demo.fns.values()}
-    assert "refresh_story" in names
+    assert "refresh_story" not in names  # the lesson and the stop reasons come with the stream

@@ -7,6 +7,7 @@ import gradio as gr
 from playground.board.block_table import pick_request
 from playground.board.views import FigureCache
 from playground.ui import build_ui
+from playground.ui.live import own_charts
 from playground.ui.rewind import RewindCallbacks
 from tests.playground.driving import fixed, settled
 
@@ -18,8 +19,8 @@ def test_a_session_rewinds_to_an_earlier_step_and_comes_back(driver):
     cb, request = RewindCallbacks(driver, FigureCache()), gr.Request(session_hash="s")
     oldest, newest = driver.history.steps()
     step = newest - 8
-    at, note, _stats, board, log, figures, sent = cb.show_step(step, None, request)
-    assert at == step and f"step {step}" in note and sent == {}
+    at, note, _stats, board, log, figures = cb.show_step(step, None, request)
+    assert at == step and f"step {step}" in note
     assert log.index(f"step {step} ") < log.index(f"step {step - 1} ")  # newest line first
     assert f"step {step + 1} " not in log
     charts = json.loads(figures)
@@ -35,10 +36,12 @@ def test_a_session_rewinds_to_an_earlier_step_and_comes_back(driver):
 
     demo = build_ui(driver)
     tick = next(f.fn for f in demo.fns.values() if f.name == "tick")
-    out = tick(-1, -1, 0.0, None, 0.25, "", "", request, at)
-    assert out.board == gr.skip() and out.chart_version == gr.skip()
-    live = cb.go_live(None, request)
+    out = tick(-1, None, 0.25, "", "", at, 0, request)
+    assert out.board == gr.skip() and out.slider == gr.skip() and out.version == gr.skip()
+    live = cb.go_live(request)
     assert live[0] is None and live[2].value == newest and "Live" in live[1]
+    assert 'data-live="stats"' in live[3] and 'data-live="cards"' in live[4]  # the stream's
+    assert 'data-live="log"' in live[5] and set(json.loads(live[6])) >= {"kv", "batch"}
 
 
 def _table(figures: str) -> list[int]:
@@ -71,13 +74,4 @@ def test_the_block_table_is_the_inspected_requests_live_and_rewound(driver):
     driver.pause()
     live = driver.state().snapshot
     mine = next(r for r in live.requests if r.request_id != pick_request(live).request_id)
-    assert _table(cb.go_live(mine.request_id, request)[6]) == list(mine.block_table)
-
-
-def test_the_charts_still_come_once_the_text_was_seen_unless_rewound(driver):
-    demo = build_ui(driver)
-    tick = next(f.fn for f in demo.fns.values() if f.name == "tick")
-    request = gr.Request(session_hash="t")
-    version = tick(-1, -1, 0.0, None, 0.25, "", "", request).version
-    assert tick(version, -1, 0.0, None, 0.25, "", "", request).chart_version == version
-    assert tick(version, -1, 0.0, None, 0.25, "", "", request, 3).chart_version == gr.skip()
+    assert _table(own_charts(driver.state(), mine.request_id, cb.cache)) == list(mine.block_table)

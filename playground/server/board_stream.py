@@ -1,0 +1,213 @@
+"""The live board for a crowd: one stream of prepared frames per viewer (server-sent events).
+
+GET /board/stream: the page's assets/board_stream.js subscribes. A feed task (one, while anyone
+watches) looks at the driver's BoardState every FRAME_INTERVAL_S and builds one Frame of each
+new version or banner, and one more when a version's charts were not due yet
+(playground/board/frames.py); the FanOut puts its bytes in every viewer's bounded
+queue, and each viewer's writer sends them. Per viewer and frame that is a queue put and a
+socket write: nothing is computed per viewer, and nothing a viewer does changes the frame.
+
+- A viewer that (re)connects gets the latest frame in full first (every chart), then deltas.
+- A viewer whose queue is full (a slow or stalled reader) is dropped: its queue is emptied and
+  its connection closed; its browser reconnects (EventSource) and resumes at the latest frame.
+- A stream ends by itself after STREAM_LIFETIME_S (the browser reconnects at once), so a
+  server shutting down never waits longer than that for its viewers.
+- GET /board/stream/stats: the fan-out's counters (viewers, writer and watcher tasks alive,
+  frames buffered, drops), so a test can see that nothing is left behind.
+"""
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+
+from playground.board.frames import Frame, FrameBuilder, board_alert
+from playground.board.state import BoardState
+
+log = logging.getLogger(__name__)
+
+STREAM_PATH = "/board/stream"
+FRAME_INTERVAL_S = 0.25  # the feed looks for a new BoardState 4 times a second
+MAX_BUFFERED_FRAMES = 8  # frames a viewer may lag behind before it is dropped (2 s)
+HEARTBEAT_S = 5.0  # a comment line while the board is still, so the writers look at the time
+STREAM_LIFETIME_S = 20.0
+RETRY_MS = 500  # EventSource's wait before it reconnects
+HEARTBEAT = b": still\n\n"
+HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),  # a proxy must pass each event on at once
+]
+
+
+@dataclass(eq=False)
+class Viewer:
+    """One stream: its bounded queue of frame bytes and the task that writes them."""
+
+    queue: asyncio.Queue
+    task: asyncio.Task | None
+    closed: bool = False
+
+
+@dataclass
+class FanOut:
+    """Every viewer's queue; runs on the server's event loop only (no locks)."""
+
+    max_buffered: int = MAX_BUFFERED_FRAMES
+    viewers: set[Viewer] = field(default_factory=set)
+    latest: Frame | None = None
+    num_tasks: int = 0  # writer and watcher tasks alive (kept by BoardStreamRoute)
+    num_frames: int = 0
+    num_dropped: int = 0
+
+    def __post_init__(self):
+        if self.max_buffered < 1:
+            raise ValueError(f"max_buffered must be >= 1, got {self.max_buffered}")
+
+    def subscribe(self) -> Viewer:
+        """A new viewer, written by the current task; the latest frame (in full) comes first."""
+        viewer = Viewer(asyncio.Queue(self.max_buffered), asyncio.current_task())
+        if self.latest is not None:
+            viewer.queue.put_nowait(self.latest.full)
+        self.viewers.add(viewer)
+        return viewer
+
+    def publish(self, frame: Frame) -> None:
+        self.latest = frame
+        self.num_frames += 1
+        self._offer(frame.delta)
+
+    def heartbeat(self) -> None:
+        self._offer(HEARTBEAT)
+
+    def _offer(self, data: bytes) -> None:
+        for viewer in list(self.viewers):
+            try:
+                viewer.queue.put_nowait(data)
+            except asyncio.QueueFull:  # it reads slower than frames come: not waited for
+                self.num_dropped += 1
+                self.close(viewer)
+
+    def close(self, viewer: Viewer) -> None:
+        """The viewer is gone (or dropped): its queue is emptied, its writer stopped."""
+        if viewer.closed:
+            return
+        viewer.closed = True
+        self.viewers.discard(viewer)
+        while not viewer.queue.empty():
+            viewer.queue.get_nowait()
+        if viewer.task is not None and viewer.task is not asyncio.current_task():
+            viewer.task.cancel()
+
+    def stats(self) -> dict:
+        return {
+            "num_viewers": len(self.viewers),
+            "num_tasks": self.num_tasks,
+            "num_buffered_frames": sum(v.queue.qsize() for v in self.viewers),
+            "num_frames": self.num_frames,
+            "num_dropped": self.num_dropped,
+        }
+
+
+class BoardFeed:
+    """Builds a frame of each new BoardState (or banner) while anyone watches (one task at
+    most). `state`: the driver's latest BoardState; `stuck_for`: the watchdog's seconds."""
+
+    def __init__(self, state: Callable[[], BoardState], stuck_for: Callable[[], float | None],
+                 fanout: FanOut, interval_s: float = FRAME_INTERVAL_S):  # fmt: skip
+        self.state, self.stuck_for, self.fanout = state, stuck_for, fanout
+        self.interval_s = interval_s
+        self.builder = FrameBuilder()
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        loop, last = asyncio.get_running_loop(), None
+        sent = loop.time()
+        while self.fanout.viewers:
+            now = loop.time()
+            state = self.state()
+            if state is not None and self._due(state, last, now):
+                try:
+                    last = self.builder.build(state, board_alert(state, self.stuck_for()), now)
+                    self.fanout.publish(last)
+                except Exception:  # noqa: BLE001 - a bad frame must not end the feed
+                    log.exception("building the board's frame %s failed", state.version)
+                sent = now
+            elif now - sent >= HEARTBEAT_S:
+                self.fanout.heartbeat()
+                sent = now
+            await asyncio.sleep(self.interval_s)
+
+    def _due(self, state: BoardState, last: Frame | None, now: float) -> bool:
+        """A new version or banner since the `last` frame, or its version's charts now due."""
+        if last is None or state.version != last.version or self.builder.charts_due(state, now):
+            return True
+        return board_alert(state, self.stuck_for()) != last.alert
+
+
+class BoardStreamRoute:
+    """The ASGI app of GET /board/stream: one viewer per request."""
+
+    def __init__(self, feed: BoardFeed, lifetime_s: float = STREAM_LIFETIME_S):
+        self.feed, self.fanout, self.lifetime_s = feed, feed.fanout, lifetime_s
+
+    async def __call__(self, scope, receive, send) -> None:
+        self.feed.start()
+        viewer = self.fanout.subscribe()
+        watcher = asyncio.get_running_loop().create_task(self._watch(receive, viewer))
+        self.fanout.num_tasks += 1
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
+            if await self._write(viewer, send):
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not viewer.closed:  # not ours (the server is stopping)
+                raise
+            asyncio.current_task().uncancel()  # gone or dropped: the connection closes
+        finally:
+            self.fanout.close(viewer)
+            watcher.cancel()
+            self.fanout.num_tasks -= 1
+
+    async def _write(self, viewer: Viewer, send) -> bool:
+        """Sends the viewer's frames until its lifetime is over (True) or it closed (False)."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + self.lifetime_s
+        await send({"type": "http.response.body", "body": f"retry: {RETRY_MS}\n\n".encode(),
+                    "more_body": True})  # fmt: skip
+        while not viewer.closed and loop.time() < end:
+            data = await viewer.queue.get()
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+        return not viewer.closed
+
+    async def _watch(self, receive, viewer: Viewer) -> None:
+        """Closes the viewer when its client disconnects (a write to it would not say so)."""
+        self.fanout.num_tasks += 1
+        try:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            self.fanout.close(viewer)
+        finally:
+            self.fanout.num_tasks -= 1
+
+
+def register_board_stream(app: FastAPI, state: Callable[[], BoardState],
+                          stuck_for: Callable[[], float | None]) -> FanOut:  # fmt: skip
+    """GET /board/stream and /board/stream/stats on `app` (before Gradio's mount at "/");
+    `state`, `stuck_for`: the driver's (EngineDriver.state, .stuck_for). Returns the fan-out."""
+    fanout = FanOut()
+    feed = BoardFeed(state, stuck_for, fanout)
+    app.add_route(STREAM_PATH, BoardStreamRoute(feed), methods=["GET"])
+
+    @app.get(STREAM_PATH + "/stats", include_in_schema=False)
+    async def stream_stats() -> JSONResponse:  # on the loop the fan-out lives on
+        return JSONResponse(fanout.stats())
+
+    return fanout

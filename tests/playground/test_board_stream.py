@@ -1,0 +1,181 @@
+"""The board's fan-out: bounded queues, a stalled reader dropped, a reconnect at the latest
+frame, and nothing left behind by viewers that go (playground/server/board_stream.py)."""
+
+import asyncio
+
+import pytest
+
+from engine.cpu.openmp import off_thread
+from playground.board.frames import Frame
+from playground.server.board_stream import BoardFeed, BoardStreamRoute, FanOut
+
+
+def frame(version: int) -> Frame:
+    return Frame(version, version, "", f"delta {version}\n".encode(), f"full {version}\n".encode())
+
+
+def run(coro):
+    """The scenario on a thread of its own: the suite's main thread may hold a loop."""
+    return off_thread(asyncio.run, asyncio.wait_for(coro, timeout=10))
+
+
+class Client:
+    """One viewer's connection as the route sees it: what it was sent, a disconnect to
+    trigger, and a socket that can stall (its send never returns)."""
+
+    def __init__(self, stalled: bool = False):
+        self.sent: list[bytes] = []
+        self.started = asyncio.Event()
+        self.gone = asyncio.Event()
+        self.stalled = stalled
+        self.completed = False
+
+    async def receive(self):
+        await self.gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message):
+        if message["type"] == "http.response.start":
+            self.started.set()
+            return
+        if self.stalled and self.sent:
+            await asyncio.Event().wait()  # the reader stopped reading: forever
+        self.sent.append(message["body"])
+        self.completed = not message["more_body"]
+
+
+def route(fanout: FanOut, lifetime_s: float = 60.0) -> BoardStreamRoute:
+    return BoardStreamRoute(BoardFeed(lambda: None, lambda: None, fanout, interval_s=0.01),
+                            lifetime_s)  # fmt: skip
+
+
+async def serve(stream: BoardStreamRoute, client: Client) -> asyncio.Task:
+    task = asyncio.create_task(stream({"type": "http"}, client.receive, client.send))
+    await client.started.wait()
+    return task
+
+
+async def settle():
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def test_a_viewer_that_does_not_read_is_dropped_once_its_queue_is_full():
+    async def scenario():
+        fanout = FanOut(max_buffered=3)
+        slow = fanout.subscribe()
+        for v in range(3):
+            fanout.publish(frame(v))
+        assert slow.queue.qsize() == 3 and fanout.num_dropped == 0
+        fanout.publish(frame(3))  # one more than it may hold: dropped, not waited for
+        assert slow.closed and slow not in fanout.viewers and slow.queue.empty()
+        assert fanout.stats()["num_dropped"] == 1
+
+    run(scenario())
+
+
+def test_a_viewer_that_reconnects_starts_at_the_latest_frame_in_full():
+    async def scenario():
+        fanout = FanOut()
+        first = fanout.subscribe()
+        assert first.queue.empty()  # nothing published yet
+        for v in range(5):
+            fanout.publish(frame(v))
+        fanout.close(first)
+        again = fanout.subscribe()
+        assert again.queue.get_nowait() == b"full 4\n"
+        fanout.publish(frame(5))
+        assert again.queue.get_nowait() == b"delta 5\n"
+
+    run(scenario())
+
+
+def test_the_route_sends_the_frames_and_ends_a_stream_at_its_lifetime():
+    async def scenario():
+        fanout = FanOut()
+        fanout.publish(frame(0))
+        stream = route(fanout, lifetime_s=0.2)
+        client = Client()
+        task = await serve(stream, client)
+        fanout.publish(frame(1))
+        await asyncio.sleep(0.25)
+        fanout.heartbeat()  # a still board: the writer looks at the time
+        await asyncio.wait_for(task, 2)
+        assert client.sent[1:3] == [b"full 0\n", b"delta 1\n"] and client.completed
+        assert client.sent[0].startswith(b"retry: ")
+        await settle()
+        assert fanout.stats() == {**fanout.stats(), "num_viewers": 0, "num_tasks": 0}
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("stalled", [False, True], ids=["disconnected", "stalled"])
+def test_viewers_that_go_or_stall_leave_no_task_and_no_buffer(stalled):
+    async def scenario():
+        fanout = FanOut(max_buffered=2)
+        stream = route(fanout)
+        clients = [Client(stalled=stalled and i % 2 == 0) for i in range(10)]
+        tasks = [await serve(stream, c) for c in clients]
+        assert fanout.stats()["num_viewers"] == 10 and fanout.num_tasks == 20
+        for v in range(4):
+            fanout.publish(frame(v))
+            await settle()
+        if not stalled:
+            for c in clients[:5]:
+                c.gone.set()
+        await settle()
+        left = 5
+        assert fanout.stats()["num_viewers"] == left and fanout.num_tasks == 2 * left
+        assert fanout.num_dropped == (5 if stalled else 0)
+        assert all(t.done() for t in tasks[:10:2] if stalled)
+        for c in clients:
+            c.gone.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 2)
+        await settle()
+        assert fanout.stats()["num_tasks"] == fanout.stats()["num_viewers"] == 0
+        assert fanout.stats()["num_buffered_frames"] == 0
+
+    run(scenario())
+
+
+def test_a_full_queue_of_one_viewer_costs_the_others_nothing():
+    async def scenario():
+        fanout = FanOut(max_buffered=2)
+        stream = route(fanout)
+        stalled, fine = Client(stalled=True), Client()
+        tasks = [await serve(stream, stalled), await serve(stream, fine)]
+        for v in range(6):
+            fanout.publish(frame(v))
+            await settle()
+        assert fine.sent[1:] == [f"delta {v}\n".encode() for v in range(6)]
+        assert tasks[0].done() and not tasks[1].done()
+        fine.gone.set()
+        await asyncio.wait_for(tasks[1], 2)
+
+    run(scenario())
+
+
+def test_a_fan_out_needs_room_for_a_frame():
+    with pytest.raises(ValueError, match="max_buffered"):
+        FanOut(max_buffered=0)
+
+
+def test_the_feed_builds_a_frame_per_new_version_or_banner_and_only_while_anyone_watches(driver):
+    """A still board sends no frame; a stuck step's banner is a new frame without a new
+    version; the feed's task ends with the last viewer."""
+
+    async def scenario():
+        fanout, stuck = FanOut(), [None]
+        feed = BoardFeed(driver.state, lambda: stuck[0], fanout, interval_s=0.01)
+        viewer = fanout.subscribe()
+        feed.start()
+        await asyncio.sleep(0.1)
+        assert fanout.num_frames == 1  # the board as it is, once
+        stuck[0] = 12.0
+        await asyncio.sleep(0.1)
+        assert fanout.num_frames == 2 and fanout.latest.version == driver.state().version
+        assert "looks stuck" in fanout.latest.alert and b"looks stuck" in fanout.latest.delta
+        fanout.close(viewer)
+        await asyncio.wait_for(feed._task, 1)
+
+    run(scenario())
