@@ -84,7 +84,8 @@ def status_badges(record: RequestRecord | None, live_status: str | None, live=No
         return badge("finished", "finished") + badge(reason, f"stop-{reason}", record.error or "")
     why = waiting_label(live.waiting_reason) if live is not None else None
     if live_status == "waiting" and why:
-        return badge(f"waiting: {why}", "waiting", "the first rule that kept it out last step")
+        text = f"waiting: {why}"  # the title repeats it whole: a phone cuts the pill short
+        return badge(text, "waiting", f"{text}: the first rule that kept it out last step")
     return badge(live_status or "queued", live_status or "waiting")
 
 

@@ -39,8 +39,8 @@ def test_a_lesson_asks_first_then_shows_the_measured_answer(page, tmp_path):
     assert page.locator("#pg-stats .pg-tile-v").first.inner_text() == "0"  # the step tile
     answer = page.locator("#pg-answer-1").inner_text()
     page.click("#pg-answer-1")
-    page.wait_for_function(f"() => ({WAITING_REASON})()", timeout=120_000)
-    reason = page.evaluate(WAITING_REASON)
+    # the reason as the wait saw it: the next frame may already have admitted that card
+    reason = page.wait_for_function(f"() => ({WAITING_REASON})()", timeout=120_000).json_value()
     assert reason.removeprefix("waiting: ") in {
         "token budget spent", "no free KV blocks", "max_num_seqs reached",
         "preempted, recompute pending", "waiting-queue order",

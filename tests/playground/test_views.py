@@ -1,8 +1,6 @@
 """What a redraw sends: the board's HTML and only the charts a session lacks, cheaply."""
 
 import json
-import statistics
-import time
 from dataclasses import replace
 
 import gradio as gr
@@ -21,36 +19,24 @@ from playground.board.views import (
 from tests.playground.boards import busy_board
 
 
-def test_a_redraw_of_a_full_board_costs_little():
-    """The issue's budget: a refresh under 30 ms with 32 users and 500 steps, with every
-    history at the engine's caps (the HTML and the chart JSON Gradio sends of a new version).
-    The median of several runs after a warm-up, so a busy CI core does not decide it."""
-    boards = [
-        busy_board(
-            num_users=32,
-            num_steps=MAX_STEP_RECORDS,
-            version=v,
-            num_finished=MAX_FINISHED_KEPT,
-            num_samples=MAX_LATENCY_SAMPLES,
-            kv_blocks=MAX_KV_CELLS,
-        )
-        for v in range(1, 10)
-    ]
-    snap = boards[0].snapshot
+def test_a_full_board_is_drawn_whole_at_the_caps():
+    """32 users and 500 steps, every history at the engine's caps: the text and every chart
+    are built (their cost is bench/bench_board.py's and bench/bench_frame.py's to measure)."""
+    state = busy_board(
+        num_users=32,
+        num_steps=MAX_STEP_RECORDS,
+        version=1,
+        num_finished=MAX_FINISHED_KEPT,
+        num_samples=MAX_LATENCY_SAMPLES,
+        kv_blocks=MAX_KV_CELLS,
+    )
+    snap = state.snapshot
     assert len(snap.steps) >= 500 and len(snap.ttfts) == MAX_LATENCY_SAMPLES
-    assert len(snap.requests) == 32 + MAX_FINISHED_KEPT and len(boards[0].users) == 32
-    costs = []
-    for state in boards:
-        t0 = time.perf_counter()
-        html = board_values(state, "visitor:me", None, ())
-        sent, figures = chart_values(state, FigureCache())
-        costs.append(time.perf_counter() - t0)
+    assert len(snap.requests) == 32 + MAX_FINISHED_KEPT and len(state.users) == 32
+    html = board_values(state, "visitor:me", None, ())
+    sent, figures = chart_values(state, FigureCache())
     assert all(isinstance(h, str) for h in html) and set(sent) == set(PLOT_KEYS)
     assert set(json.loads(figures)) == set(PLOT_KEYS)  # every chart was built and sent
-    median = statistics.median(costs[2:])  # the first two warm up imports and caches
-    print(f"redraw cost at the caps, 32 users x {MAX_STEP_RECORDS} steps: median "
-          f"{median * 1000:.1f} ms, runs {[round(c * 1000, 1) for c in costs]}")  # fmt: skip
-    assert median < 0.030, f"{median * 1000:.1f} ms"
 
 
 def test_a_session_is_sent_only_the_charts_that_changed():
