@@ -40,7 +40,8 @@ from viewers import Crowd, GradioFns  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 SERVER_ARGS = ["--max-num-seqs", "16", "--limit-in-flight", "32"]  # 16 API requests, one host
 NUM_REQUESTS, MAX_TOKENS = 16, 32
-WARM_S = 2.0  # viewers connected this long before the watched round starts
+WARM_S = 1.0  # after every viewer has joined, this long before the watched round starts
+JOIN_TIMEOUT_S = 120.0
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
@@ -123,7 +124,10 @@ async def measure(url: str, pid: int, mode: str, n: int, args, fns: GradioFns) -
         headless, h0, h1 = await workload(api, model, f"headless {n}.{r}")
         cpu_headless = cpu_s(pid) - c0
         crowd = Crowd(url, fns, mode, n)
+        t_join = time.monotonic()
         await crowd.start()
+        await crowd.joined(JOIN_TIMEOUT_S)
+        join_s = time.monotonic() - t_join
         await asyncio.sleep(WARM_S)
         c0, p0 = cpu_s(pid), time.process_time()
         watched, t0, t1 = await workload(api, model, f"watched {n}.{r}")
@@ -133,7 +137,7 @@ async def measure(url: str, pid: int, mode: str, n: int, args, fns: GradioFns) -
         extra = cpu_watched - cpu_headless
         rows.append({"headless": headless, "watched": watched, **numbers,
                      "server_cpu_ms_per_update": 1000 * extra / max(1, numbers["num_updates"]),
-                     "viewer_cpu_cores": own / (t1 - t0)})  # fmt: skip
+                     "viewer_cpu_cores": own / (t1 - t0), "join_s": join_s})  # fmt: skip
         await asyncio.sleep(0.5)
     await api.aclose()
     return summarize(mode, n, rows)
@@ -155,14 +159,15 @@ def table_row(s: dict) -> str:
             f"{f('versions_per_s')} | {f('updates_per_s_p50')} / {f('updates_per_s_p5')} | "
             f"{f('gap_p50')} / {f('gap_p95')} | {f('age_p50')} / {f('age_p95')} | "
             f"{f('server_cpu_ms_per_update')} | {f('viewer_cpu_cores')} | "
-            f"{f('bytes_per_viewer', 1 / 1024, '{:.0f}')} |")  # fmt: skip
+            f"{f('bytes_per_viewer', 1 / 1024, '{:.0f}')} | "
+            f"{f('join_s', fmt='{:.1f}')} |")  # fmt: skip
 
 
 HEADER = (
     "| viewers | path | headless tok/s | watched tok/s | watched / headless | board versions/s"
     " | updates/s per viewer, p50 / slowest 5 % | gap between updates p50 / p95 (s) | frame "
     "age p50 / p95 (s) | server extra CPU per update (ms) | viewers' own CPU (cores) | KiB per "
-    "viewer per round |\n" + "|---" * 12 + "|"
+    "viewer per round | all joined after (s) |\n" + "|---" * 13 + "|"
 )
 
 

@@ -29,6 +29,7 @@ class Viewer:
     versions: list[int] = field(default_factory=list)  # the board version of each update
     num_bytes: int = 0
     num_reconnects: int = 0
+    ticked: bool = False  # its session's first tick was answered (Gradio made its session)
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,16 @@ class Crowd:
                 self.tasks.append(asyncio.create_task(self._stream(viewer)))
             self.tasks.append(asyncio.create_task(self._ticks(viewer, session)))
             await asyncio.sleep(0.002)  # ~500 connections a second
+
+    async def joined(self, timeout_s: float) -> None:
+        """Returns once every viewer's session has ticked once and, streamed, its first frame
+        came (or after `timeout_s`): the crowd's arrival, which Gradio pays once per session
+        (it copies the page's config), is kept out of the rounds."""
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            if all(v.ticked and (self.mode != "stream" or v.updates) for v in self.viewers):
+                return
+            await asyncio.sleep(0.05)
 
     async def stop(self) -> None:
         self.stop_event.set()
@@ -116,6 +127,7 @@ class Crowd:
         state = {"seen": -1, "charts_seen": -1, "charts_at": None, "every": TICK_S, "slider": 0}
         while not self.stop_event.is_set():
             await tick(viewer, session, state)
+            viewer.ticked = True
             await asyncio.sleep(state["every"])
 
     async def _stream_tick(self, viewer: Viewer, session: str, st: dict) -> None:
