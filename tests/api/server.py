@@ -69,6 +69,7 @@ class Page:
     def __init__(self, url: str, session: str):
         self.url, self.session = url, session
         self.banner = self.role = ""  # the seat banner and role key as the page shows them
+        self.slider = 1  # the rewind slider's value as the page shows it (its first value)
         deps = httpx.get(url + "/config", timeout=10).json()["dependencies"]
         self.fns = {d["api_name"]: d["id"] for d in deps}
 
@@ -86,9 +87,11 @@ class Page:
         return self.banner
 
     def _refresh(self, name: str) -> None:
-        r = self.call(name, -1, -1, None, None, 0.25, self.role, self.banner, None)  # live
+        # [seen, rid, every, role, banner, rewound, slider]: live, nothing inspected
+        r = self.call(name, -1, None, 0.25, self.role, self.banner, None, self.slider)
         assert r.status_code == 200, r.text
-        banner, role = r.json()["data"][-2:]  # TickOutputs: strings, or updates (skip)
+        slider, banner, role = r.json()["data"][-3:]  # TickOutputs: values, or updates (skip)
+        self.slider = slider.get("value", self.slider) if isinstance(slider, dict) else self.slider
         self.banner = banner if isinstance(banner, str) else self.banner
         self.role = role if isinstance(role, str) else self.role
 

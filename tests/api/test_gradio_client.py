@@ -47,7 +47,7 @@ def test_a_call_without_the_pages_session_is_refused(app_server):
                        ("open_lesson", ["chat_burst"]),
                        ("answer_lesson", [-1, {"key": "chat_burst"}]),
                        ("submit_prompt", ["hi", 4, 0.0, 1.0, 0, -1, "", False]),
-                       ("toggle_seat", []), ("inspect_request", ["req-1"])]:  # fmt: skip
+                       ("toggle_seat", ["", ""]), ("inspect_request", ["req-1"])]:  # fmt: skip
         r = stranger.call(name, *data)
         assert r.status_code >= 400 and STRANGER in r.json()["error"], (name, r.text)
     time.sleep(0.2)
@@ -104,7 +104,7 @@ def test_a_second_visitor_cannot_pause_slow_or_reset_the_holders_run(seat_server
     assert driver.is_paused and driver.state().pace == pace and driver.config is engine
     assert driver.state().workload is None
     # b queues; a leaves: the seat passes to b and the engine resumes
-    b.call("toggle_seat")
+    b.call("toggle_seat", b.role, b.banner)
     assert "1st in the queue" in b.tick()
     a.leave()
     wait_for(lambda: not driver.is_paused)

@@ -13,8 +13,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e
 
+# a card whose beam search still runs (its tree still grows)
 BEAM_CARD = """() => { const c = [...document.querySelectorAll('.pg-card')]
-    .find(c => c.querySelectorAll('.pg-beam').length > 1);
+    .find(c => c.querySelectorAll('.pg-beam').length > 1 && !c.querySelector('.pg-finished'));
     return c ? [c.querySelector('.pg-rid').textContent, c.querySelectorAll('.pg-beam').length]
              : null }"""
 KV_LEGEND = """() => [...document.querySelectorAll('#pg-plot-kv .legendtext')]
@@ -61,6 +62,7 @@ def test_beams_fork_share_blocks_and_draw_their_tree(page, tmp_path):
     assert page.evaluate(KV_HOVER, r"^block \d+: shared by \d+ beams of req-\d+") > 0
     page.click("#pg-pause")  # a still board for the inspector and the pictures
     page.wait_for_timeout(1000)  # the last chart redraw lands
+    rid, _ = page.wait_for_function(f"() => ({BEAM_CARD})()", timeout=30_000).json_value()
     _shot(page, "#pg-plot-kv", "screenshot-kv-beams.png", tmp_path)
     page.get_by_role("tab", name="Sequence inspector").click()
     page.get_by_label("request").click()  # its options: the board's requests, once listed

@@ -1,5 +1,7 @@
-"""Public-Space safety in a real chromium: visitor text never runs as code, and 8 browser
-sessions plus 16 API streams for 20 s all end, with the board refreshing and a clean log."""
+"""Public-Space safety in a real chromium: visitor text never runs as code, and 4 browser
+sessions plus 16 API streams for 20 s all end, with every board refreshing and a clean log.
+(A crowd of viewers is tests/e2e/test_audience_e2e.py's: here each page is a full chromium
+renderer on the server's own 2 cores.)"""
 
 import json
 import threading
@@ -9,7 +11,7 @@ import httpx
 import pytest
 
 pytestmark = pytest.mark.e2e
-# On 2 cores the load test's 8 chromium renderers take as much CPU as the server: a click
+# On 2 cores the load test's chromium renderers take as much CPU as the server: a click
 # waits for animation frames of a starved renderer (up to ~30 s measured), hence the long
 # action timeout of its pages. Slow is allowed there; lost, stuck or failing is not.
 LOAD_ACTION_TIMEOUT_MS = 120_000
@@ -80,8 +82,11 @@ def _api_stream(url: str, stop_at: float, results: list, errors: list) -> None:
                 errors.append(repr(exc))
 
 
-def test_8_browsers_and_16_api_streams_for_20_s(server, browser):
-    pages = [_open(browser, server) for _ in range(8)]
+def test_4_browsers_and_16_api_streams_for_20_s(server, browser):
+    pages = [_open(browser, server) for _ in range(4)]
+    for page in pages:  # the stream has drawn the stat tiles
+        page.wait_for_function("() => document.querySelector('#pg-stats').innerText.trim()")
+    first = [page.inner_text("#pg-stats") for page in pages]  # each board as it opened
     stop_at = time.monotonic() + 20
     results, errors = [], []
     threads = [threading.Thread(target=_api_stream, args=(server, stop_at, results, errors))
@@ -89,21 +94,19 @@ def test_8_browsers_and_16_api_streams_for_20_s(server, browser):
     for t in threads:
         t.start()
     sent = [0] * len(pages)
-    stats_seen = [set() for _ in pages]
     while time.monotonic() < stop_at:  # each visitor sends again once its answer is in
         for i, page in enumerate(pages):
-            stats_seen[i].add(page.inner_text("#pg-stats"))
             if sent[i] == 0 or page.evaluate(MY_CARD_DONE):
                 _send(page, f"Visitor {i}, message {sent[i]}: say something short.")
                 sent[i] += 1
-                page.wait_for_timeout(1000)  # steps run meanwhile: the board must show them
-                stats_seen[i].add(page.inner_text("#pg-stats"))
         time.sleep(0.5)
     for t in threads:
         t.join(180)
     try:
-        for page in pages:  # every visitor's last request ends too
-            page.wait_for_function(MY_CARD_DONE, timeout=300_000)
+        for page, shown in zip(pages, first, strict=True):
+            page.wait_for_function(MY_CARD_DONE, timeout=300_000)  # its last request ends too
+            refreshed = "(shown) => document.querySelector('#pg-stats').innerText !== shown"
+            page.wait_for_function(refreshed, arg=shown, timeout=60_000)  # the board moved on
     finally:
         for page in pages:
             page.context.close()
@@ -111,7 +114,6 @@ def test_8_browsers_and_16_api_streams_for_20_s(server, browser):
     assert len(results) >= 16
     assert all(done and reason in ("length", "stop") for reason, done in results), results
     assert all(n >= 1 for n in sent)
-    assert all(len(seen) >= 2 for seen in stats_seen), ("a board stopped refreshing", sent)
     assert httpx.get(server + "/health").json()["status"] == "ok"
     log = server.log()
     assert "Traceback" not in log and " ERROR " not in log, log[-3000:]
