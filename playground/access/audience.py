@@ -11,9 +11,10 @@ board refuses a max_interval_s that is not under it). A session with something l
 (the seat's holder or queue, a running request, an inspected one, a rewind) keeps `tick_s`.
 """
 
-import math
 import threading
 from dataclasses import dataclass
+
+from playground.access.seat import require_positive
 
 TICK_S = 0.25  # the full rate: the page's timer, 4 times a second
 WATCHER_TICK_S = 1.0  # a watcher's tick while the audience is small
@@ -29,14 +30,7 @@ class TickPolicy:
     max_interval_s: float = MAX_INTERVAL_S
 
     def __post_init__(self):
-        for name in ("tick_s", "watcher_tick_s", "ticks_per_s", "max_interval_s"):
-            value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not (0 < value < math.inf)
-            ):
-                raise ValueError(f"{name} must be a number > 0, got {value!r}")
+        require_positive(self, ("tick_s", "watcher_tick_s", "ticks_per_s", "max_interval_s"))
         if not self.tick_s <= self.watcher_tick_s <= self.max_interval_s:
             raise ValueError(
                 "tick_s <= watcher_tick_s <= max_interval_s must hold, got "

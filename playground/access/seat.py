@@ -52,6 +52,18 @@ class Role(StrEnum):
         return self in (Role.DRIVER, Role.FREE)
 
 
+def require_positive(policy, names: tuple[str, ...]) -> None:
+    """ValueError naming the first of `policy`'s fields `names` that is not a finite number > 0."""
+    for name in names:
+        value = getattr(policy, name)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not 0 < value < math.inf
+        ):
+            raise ValueError(f"{name} must be a number > 0, got {value!r}")
+
+
 @dataclass(frozen=True, slots=True)
 class SeatPolicy:
     term_s: float = 180.0  # the longest one visitor holds the seat while others queue
@@ -61,14 +73,7 @@ class SeatPolicy:
     actions_per_s: float = 1.0  # ... and then this many per second
 
     def __post_init__(self):
-        for name in ("term_s", "idle_s", "gone_s", "actions_per_s"):
-            value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not (0 < value < math.inf)
-            ):
-                raise ValueError(f"{name} must be a number > 0, got {value!r}")
+        require_positive(self, ("term_s", "idle_s", "gone_s", "actions_per_s"))
         if isinstance(self.burst, bool) or not isinstance(self.burst, int) or self.burst < 1:
             raise ValueError(f"burst must be an integer >= 1, got {self.burst!r}")
 
