@@ -26,6 +26,9 @@ from playground.cli.model_source import StartupError, check_model  # noqa: E402
 from playground.cli.vllm_flags import no_effect_notes  # noqa: E402
 
 DEFAULT_PORT = 7860
+# Ctrl-C / SIGTERM: the streams still open (an open page's board stream and Gradio queue, API
+# streams) get this many seconds to end, then are cut; uvicorn alone waits for every page to close.
+SHUTDOWN_GRACE_S = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +105,12 @@ def serve(args) -> None:
     )
     host, port = resolve_host_port(args)
     uv_config = uvicorn.Config(
-        app, host=host, port=port, log_level=args.uvicorn_log_level, **proxy_trust(args)
+        app,
+        host=host,
+        port=port,
+        log_level=args.uvicorn_log_level,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+        **proxy_trust(args),
     )
     # After the driver thread has started (it keeps nice 0): the event loop and the threads it
     # starts from now on (Gradio's callbacks) may step aside for the engine (engine/cpu/openmp.py).

@@ -34,8 +34,10 @@
     for (const slot of document.querySelectorAll("[data-live]")) {
       const html = htmlFor(board, slot);
       if (html === undefined || slot.dataset.v === String(board.frame)) continue;
-      slot.innerHTML = html;
       slot.dataset.v = board.frame;
+      if (slot.pgHtml === html) continue;  // unchanged: the page is not touched (no restyle)
+      slot.innerHTML = html;
+      slot.pgHtml = html;
       if (slot.dataset.live === "cards") dropMine(slot);
     }
     const compare = document.querySelector("#pg-compare");

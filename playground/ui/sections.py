@@ -57,8 +57,9 @@ def build_board(first: dict[str, str], cards: str) -> gr.HTML:
     board = html(cards, elem_id="pg-board", js_on_load=load_asset("board.js"))
     with gr.Column(elem_id="pg-charts"):
         for i in range(0, len(PLOT_KEYS), 2):
-            with gr.Row(elem_classes="pg-plot-row"):
-                for key in PLOT_KEYS[i : i + 2]:
+            row = PLOT_KEYS[i : i + 2]  # a lesson's chart leads: its row goes first (board.js)
+            with gr.Row(elem_classes=["pg-plot-row", *(f"pg-row-{key}" for key in row)]):
+                for key in row:
                     plot(key, first, elem_classes="pg-plot")
     return board
 

@@ -12,6 +12,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,6 +22,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update", "--disable-sync", "--no-first-run",
 ]  # fmt: skip
 START_TIMEOUT = 240  # s; a cold first start converts the bundled GGUF (~30 s on 2 cores)
+STOP_TIMEOUT = 10  # s; the board stream alone would keep an open page's connection for 20 s
 SERVER_ARGS = ["--max-num-seqs", "16", "--limit-in-flight", "32"]  # 16 API streams, one host
 
 
@@ -68,11 +70,15 @@ def server(tmp_path_factory, request):
         proc.kill()
         pytest.fail("the app did not answer /health in time")
     yield url
-    proc.send_signal(signal.SIGINT)  # Ctrl-C: driver and server stop cleanly
-    try:
-        assert proc.wait(timeout=30) == 0, url.log()[-3000:]
-    finally:
-        proc.kill()
+    # Ctrl-C with a page still watching (its board stream open): driver and server stop
+    # cleanly, and soon (app.py's SHUTDOWN_GRACE_S), not when the stream would have ended
+    with httpx.stream("GET", url + "/board/stream", timeout=60) as watching:
+        next(watching.iter_lines())
+        proc.send_signal(signal.SIGINT)
+        try:
+            assert proc.wait(timeout=STOP_TIMEOUT) == 0, url.log()[-3000:]
+        finally:
+            proc.kill()
 
 
 @pytest.fixture(scope="session")

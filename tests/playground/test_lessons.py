@@ -45,7 +45,7 @@ def test_the_panel_names_its_chart_and_the_page_draws_that_chart_first():
     board = busy_board(num_users=2, num_steps=1)
     for key, lesson in LESSONS.items():
         assert lesson.plot in (*PLOT_KEYS, *COMPARE_KEYS)
-        first = f'[data-chart="{lesson.plot}"]) .pg-plot-row:has(#pg-plot-{lesson.plot})'
+        first = f'#pg-charts[data-lead="{lesson.plot}"] .pg-row-{lesson.plot}'
         assert lesson.plot in COMPARE_KEYS or first in css, lesson.plot
         for guess in (None, ""):
             assert f'data-chart="{lesson.plot}"' in render_lesson(board, key, guess)
