@@ -14,7 +14,7 @@ from tests.tiny_models import make_engine
 
 pytestmark = pytest.mark.e2e
 # the watcher must see the pause before it ends: a loaded 2-core machine shows it seconds late
-IDLE_S, MAX_PAUSE_S = 30, 10
+IDLE_S, MAX_PAUSE_S = 24, 10
 SERVER_ARGS = ["--controls", "seat", "--seat-idle", str(IDLE_S), "--max-pause", str(MAX_PAUSE_S),
                "--max-num-seqs", "8"]  # fmt: skip
 SEAT = "() => (document.querySelector('#pg-seat') || {}).innerText || ''"

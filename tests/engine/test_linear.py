@@ -79,10 +79,10 @@ def test_panels_equal_f_linear_over_tiles_tails_and_k_ranges(rows, in_features, 
     torch.testing.assert_close(summed, want + residual, rtol=1e-5, atol=2e-5)
 
 
-def test_the_avx2_build_of_the_panels_equals_f_linear(tmp_path):
+def test_the_avx2_build_of_the_panels_equals_f_linear(avx2_cache):
     """The 256-bit panels that AVX2-only CPUs get, built here and run through the panel tests."""
     tests = "panels_equal_f_linear or sum_as_the_float32_panels or float32_panels_take_one_row"
-    assert avx2_build.run_tests(tmp_path, __file__, tests).panel_gemm_width() == 16
+    assert avx2_build.run_tests(avx2_cache, __file__, tests).panel_gemm_width() == 16
 
 
 def _bf16_panels_built() -> bool:

@@ -219,8 +219,8 @@ def test_the_prefill_kernel_reads_only_keys_up_to_each_query():
     assert not torch.equal(again[start + new - 1], want[start + new - 1])
 
 
-def test_the_avx2_build_of_the_paged_kernels_matches_sdpa(tmp_path):
+def test_the_avx2_build_of_the_paged_kernels_matches_sdpa(avx2_cache):
     """The 256-bit kernels that AVX2-only CPUs get (there a bfloat16 pool is widened to float32:
     no vdpbf16ps), built here and run through the kernel tests above."""
-    library = avx2_build.run_tests(tmp_path, __file__, "kernel_equals or reads_only")
+    library = avx2_build.run_tests(avx2_cache, __file__, "kernel_equals or reads_only")
     assert library.panel_gemm_width() == 16
