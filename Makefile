@@ -10,7 +10,7 @@ CHROMIUM := /usr/bin/chromium
 
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup system-packages test test-api-fuzz lint format run bench bench-scaling bench-beam bench-vllm bench-serve bench-viewers lock
+.PHONY: setup system-packages test test-api-fuzz lint format run bench bench-scaling bench-beam bench-vllm bench-serve bench-viewers bench-page lock
 
 # What `make test` needs. run and bench need only the venv (and a C compiler for the paged
 # decode kernel, else the engine gathers + SDPA); chromium is for the e2e tests.
@@ -74,6 +74,11 @@ bench-scaling: $(STAMP)
 # BEFORE=DIR also measures a checkout from before the stream (docs/audience.md).
 bench-viewers: $(STAMP)
 	$(PY) bench/bench_viewers.py $(if $(BEFORE),--before $(BEFORE)) $(ARGS)
+
+# What the live board costs the browser showing it: chromium's main thread while a preset runs.
+# ROOT=DIR measures another checkout (one from before a change).
+bench-page: $(STAMP)
+	$(PY) bench/bench_page.py $(if $(ROOT),--root $(ROOT)) $(ARGS)
 
 bench-beam: $(STAMP)  # beam search: the engine against transformers generate(num_beams=4)
 	$(PY) bench/bench_beam.py --output-json bench/results_beam.json

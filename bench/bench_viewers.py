@@ -76,6 +76,15 @@ def start_server(root: Path, port: int, log_path: Path) -> subprocess.Popen:
     raise SystemExit("the app did not answer /health in time")
 
 
+def stop_server(proc: subprocess.Popen) -> None:
+    """Ctrl-C, as a person stops the app; killed if it has not stopped within a minute."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 async def workload(api: httpx.AsyncClient, model: str, tag: str) -> tuple[float, float, float]:
     """(tokens per second of wall time, start, end) of one wave of NUM_REQUESTS requests."""
     body = dict(model=model, max_tokens=MAX_TOKENS, temperature=0.0, ignore_eos=True)
@@ -193,11 +202,7 @@ def serve_and_measure(root: Path, mode: str, args) -> list[dict]:
     try:
         return asyncio.run(run(f"http://127.0.0.1:{port}", proc.pid, mode, args))
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_server(proc)
 
 
 def main() -> None:
