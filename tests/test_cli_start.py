@@ -117,7 +117,7 @@ def test_frontend_flags_shape_the_server(driver, caplog):
 def test_stats_line_as_vllm_logs_it():
     """vllm/v1/metrics/loggers.py (LoggingStatLogger): throughput since the previous line,
     running and waiting requests, KV cache use; idle only when this interval and the one
-    before had no tokens."""
+    before had no tokens; never negative across a board reset."""
     stats = StatsLogger(last_time=0.0)
 
     def snap(prompt, generated, used):
@@ -133,6 +133,10 @@ def test_stats_line_as_vllm_logs_it():
     )
     assert stats.line(snap(100, 50, 0), now=20.0)[1] is False  # the interval before had tokens
     assert stats.line(snap(100, 50, 0), now=30.0)[1] is True
+    # a reset board: its new engine counts from 0, so this line counts from 0 too, not below
+    assert stats.line(snap(30, 20, 0), now=40.0)[0].startswith(
+        "Avg prompt throughput: 3.0 tokens/s, Avg generation throughput: 2.0 tokens/s"
+    )
 
 
 def test_sse_keep_alive_interval_reaches_the_stream(make_engine):

@@ -15,6 +15,11 @@ LOG_STATS_INTERVAL_S = 10.0  # vLLM's VLLM_LOG_STATS_INTERVAL default
 log = logging.getLogger("engine.stats")
 
 
+def _since(total: int, before: int) -> int:
+    """Tokens since the previous line; after a board reset the new engine counts from 0."""
+    return total - before if total >= before else total
+
+
 @dataclass(slots=True)
 class StatsLogger:
     """Turns successive snapshots into vLLM's line; `log_once` is called every interval."""
@@ -27,8 +32,8 @@ class StatsLogger:
     def line(self, snap, now: float) -> tuple[str, bool]:
         """(the line, whether the engine was idle over this interval and the one before)."""
         totals, elapsed = snap.totals, max(now - self.last_time, 1e-9)
-        prompt_tps = (totals.num_prompt_tokens - self.num_prompt_tokens) / elapsed
-        generation_tps = (totals.num_generated_tokens - self.num_generated_tokens) / elapsed
+        prompt_tps = _since(totals.num_prompt_tokens, self.num_prompt_tokens) / elapsed
+        generation_tps = _since(totals.num_generated_tokens, self.num_generated_tokens) / elapsed
         idle = not any((prompt_tps, generation_tps, *self.last_throughputs))
         self.num_prompt_tokens, self.num_generated_tokens = (
             totals.num_prompt_tokens,
