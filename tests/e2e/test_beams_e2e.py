@@ -46,7 +46,7 @@ def _shared_blocks(page) -> int:
 def test_beams_fork_share_blocks_and_draw_their_tree(page, tmp_path):
     page.wait_for_selector("#pg-board .pg-cards", timeout=60_000)
     page.get_by_role("button", name="Beam search: shared blocks").click()
-    page.wait_for_selector("#pg-lesson-skip", state="visible", timeout=30_000)
+    page.wait_for_selector("#pg-lesson-skip", state="visible", timeout=90_000)
     page.click("#pg-lesson-skip")
     page.wait_for_function(f"() => ({BEAM_CARD})()", timeout=60_000)
     rid, num_beams = page.evaluate(BEAM_CARD)

@@ -69,6 +69,7 @@ def _wait_for_a_redraw(page, first) -> None:
 def test_board_end_to_end(page, tmp_path):
     page.wait_for_selector("#pg-board .pg-cards", timeout=60_000)
     page.get_by_role("button", name="Chat burst").click()  # it asks its question first
+    page.wait_for_selector("#pg-lesson-skip", state="visible", timeout=90_000)  # busy cores
     page.click("#pg-lesson-skip")
     page.get_by_text("Sampling").click()
     page.fill("#pg-max-tokens input[type=number]", "24")

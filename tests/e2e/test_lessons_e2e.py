@@ -30,7 +30,7 @@ def _shot(page, name: str, tmp_path, selector: str | None = None) -> Path:
 def test_a_lesson_asks_first_then_shows_the_measured_answer(page, tmp_path):
     page.wait_for_selector("#pg-board .pg-cards", timeout=60_000)
     page.get_by_role("button", name="KV pressure: preemption").click()
-    page.wait_for_selector("#pg-answer-1", state="visible", timeout=30_000)
+    page.wait_for_selector("#pg-answer-1", state="visible", timeout=90_000)
     panel = page.locator("#pg-lesson-panel")
     asked = panel.inner_text()
     assert "What happens when the cache is too small?" in asked and "Knobs:" in asked
@@ -70,7 +70,7 @@ def test_compare_mode_is_the_main_view(page, tmp_path):
     page.wait_for_selector("#pg-board .pg-cards", timeout=60_000)
     assert not page.locator("#pg-compare").is_visible()
     page.get_by_role("button", name="Static vs continuous").click()
-    page.wait_for_selector("#pg-lesson-skip", state="visible", timeout=30_000)
+    page.wait_for_selector("#pg-lesson-skip", state="visible", timeout=90_000)
     page.click("#pg-lesson-skip")
     # both lanes start stepping the real model at once: on two busy cores the board's first
     # redraw after the reset can take a while

@@ -1,4 +1,4 @@
-"""Public-Space safety in a real chromium: visitor text never runs as code, and 4 browser
+"""Public-Space safety in a real chromium: visitor text never runs as code, and 3 browser
 sessions plus 16 API streams for 10 s all end, with every board refreshing and a clean log.
 (A crowd of viewers is tests/e2e/test_audience_e2e.py's: here each page is a full chromium
 renderer on the server's own 2 cores.)"""
@@ -87,8 +87,8 @@ def _api_stream(url: str, stop_at: float, results: list, errors: list) -> None:
                 errors.append(repr(exc))
 
 
-def test_4_browsers_and_16_api_streams_for_10_s(server, browser):
-    pages = [_open(browser, server, wait=False) for _ in range(4)]  # loading side by side
+def test_3_browsers_and_16_api_streams_for_10_s(server, browser):
+    pages = [_open(browser, server, wait=False) for _ in range(3)]  # loading side by side
     for page in pages:  # the stream has drawn the stat tiles
         page.wait_for_selector("#pg-board .pg-cards", timeout=60_000)
         page.wait_for_function("() => document.querySelector('#pg-stats').innerText.trim()")
