@@ -16,15 +16,15 @@ SCRIPT = """
 import sys, pytest
 from engine.cpu import native_build
 native_build.FLAGS += ("-mno-avx512f",)  # as gcc builds the library on an AVX2-only CPU
-sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", sys.argv[1], "-k", sys.argv[2]]))
+sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", *sys.argv[2:], "-k", sys.argv[1]]))
 """
 
 
-def run_tests(cache_dir: Path, test_file: str, tests: str) -> ctypes.CDLL:
-    """Runs the tests of `test_file` that `-k tests` selects on the AVX2 build (they must all
-    pass); returns that build, loaded."""
+def run_tests(cache_dir: Path, test_files: list[str], tests: str) -> ctypes.CDLL:
+    """Runs the tests of `test_files` that `-k tests` selects on the AVX2 build (they must all
+    pass), in one subprocess; returns that build, loaded."""
     result = subprocess.run(
-        [sys.executable, "-c", SCRIPT, test_file, tests],
+        [sys.executable, "-c", SCRIPT, tests, *test_files],
         env={**os.environ, native_build.CACHE_ENV_VAR: str(cache_dir)},
         capture_output=True,
         text=True,

@@ -27,10 +27,3 @@ def smollm2_reference():
     from engine.loader import load_model
 
     return load_model("default", cpu_layout=False)[0]
-
-
-@pytest.fixture(scope="session")
-def avx2_cache(tmp_path_factory):
-    """The build cache of the AVX2 library (tests/engine/avx2_build.py): built once, by the
-    first test that runs on it."""
-    return tmp_path_factory.mktemp("avx2-build")

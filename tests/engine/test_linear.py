@@ -8,7 +8,6 @@ import torch.nn.functional as F
 from engine.cpu import linear
 from engine.cpu.linear import FusedLinear
 from engine.loader import transpose_linear_weights
-from tests.engine import avx2_build
 
 
 def _linears(bias: list[bool], dtype=torch.float32, sizes=(24, 8, 8), in_features=32):
@@ -77,12 +76,6 @@ def test_panels_equal_f_linear_over_tiles_tails_and_k_ranges(rows, in_features, 
         got, summed = fused(x), fused.add(x, residual)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=2e-5)
     torch.testing.assert_close(summed, want + residual, rtol=1e-5, atol=2e-5)
-
-
-def test_the_avx2_build_of_the_panels_equals_f_linear(avx2_cache):
-    """The 256-bit panels that AVX2-only CPUs get, built here and run through the panel tests."""
-    tests = "panels_equal_f_linear or sum_as_the_float32_panels or float32_panels_take_one_row"
-    assert avx2_build.run_tests(avx2_cache, __file__, tests).panel_gemm_width() == 16
 
 
 def _bf16_panels_built() -> bool:

@@ -1,10 +1,15 @@
-"""The engine's C library: built once per source and CPU, cached, and a clear reason when not."""
+"""The engine's C library: built once per source and CPU, cached, and a clear reason when not;
+the AVX2 build passes the kernel tests wherever the suite runs."""
 
 import shutil
+from pathlib import Path
 
 import pytest
 
 from engine.cpu import native_build
+from tests.engine import avx2_build
+
+HERE = Path(__file__).resolve().parent
 
 
 def test_the_build_is_cached_per_source_and_reused(tmp_path, monkeypatch):
@@ -15,13 +20,12 @@ def test_the_build_is_cached_per_source_and_reused(tmp_path, monkeypatch):
     monkeypatch.setattr(native_build, "_build", lambda *a: pytest.fail("rebuilt a cached library"))
     native_build.build_and_load()
     monkeypatch.setattr(native_build, "_build", build)
-    for changed in ("fused_ops.c", "paged_decode.c"):  # any source changed: a new build
-        csrc = tmp_path / f"src-{changed}"
-        shutil.copytree(native_build.CSRC, csrc)
-        (csrc / changed).write_text((csrc / changed).read_text() + "\n/* changed */\n")
-        monkeypatch.setattr(native_build, "CSRC", csrc)
-        native_build.build_and_load()
-    assert len(list(tmp_path.glob("cb_kernels-*.so"))) == 3, "a changed source reused a build"
+    csrc = tmp_path / "src"  # a source changed: a new build
+    shutil.copytree(native_build.CSRC, csrc)
+    (csrc / "paged_decode.c").write_text((csrc / "paged_decode.c").read_text() + "\n/* x */\n")
+    monkeypatch.setattr(native_build, "CSRC", csrc)
+    native_build.build_and_load()
+    assert len(list(tmp_path.glob("cb_kernels-*.so"))) == 2, "a changed source reused a build"
     assert not list(tmp_path.glob(".*")), "a scratch file was left behind"
     assert built.exists()
 
@@ -49,3 +53,13 @@ def test_the_library_shares_torchs_openmp_runtime():
     with open("/proc/self/maps") as maps:
         runtimes = {line.split()[-1] for line in maps if "libgomp" in line or "libomp" in line}
     assert len(runtimes) == 1, runtimes
+
+
+def test_the_avx2_build_passes_the_panel_and_paged_kernel_tests(tmp_path):
+    """The 256-bit panels and kernels that AVX2-only CPUs get (there a bfloat16 pool is widened
+    to float32: no vdpbf16ps), built here and run through the panel tests of test_linear.py and
+    the kernel tests of test_paged_kernel.py."""
+    tests = ("panels_equal_f_linear or sum_as_the_float32_panels or float32_panels_take_one_row"
+             " or kernel_equals or reads_only")  # fmt: skip
+    files = [str(HERE / "test_linear.py"), str(HERE / "test_paged_kernel.py")]
+    assert avx2_build.run_tests(tmp_path, files, tests).panel_gemm_width() == 16

@@ -7,7 +7,6 @@ import torch.nn.functional as F
 
 from engine import EngineConfig, FieldError, SamplingParams
 from engine.cpu import native_build, paged_kernel
-from tests.engine import avx2_build
 from tests.engine.checks import GreedyChecker
 from tests.tiny_models import make_engine
 
@@ -217,10 +216,3 @@ def test_the_prefill_kernel_reads_only_keys_up_to_each_query():
     kernel(q, k_cache, v_cache, tables, chunks, scale, again)
     torch.testing.assert_close(again[start : start + new - 1], want[start : start + new - 1])
     assert not torch.equal(again[start + new - 1], want[start + new - 1])
-
-
-def test_the_avx2_build_of_the_paged_kernels_matches_sdpa(avx2_cache):
-    """The 256-bit kernels that AVX2-only CPUs get (there a bfloat16 pool is widened to float32:
-    no vdpbf16ps), built here and run through the kernel tests above."""
-    library = avx2_build.run_tests(avx2_cache, __file__, "kernel_equals or reads_only")
-    assert library.panel_gemm_width() == 16
