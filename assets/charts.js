@@ -14,7 +14,7 @@
   const SHORT_SCREEN = "(max-height: 760px) and (min-width: 761px)";
   const SHORT_HEIGHT = 230;
   const pg = (window.pgCharts ??= { latest: {}, drawn: new WeakMap(), timer: null,
-                                    near: new WeakSet(), watched: new WeakSet() });
+                                    near: new WeakSet() });
   pg.observer ??= new IntersectionObserver((entries) => {
     for (const e of entries) e.isIntersecting ? pg.near.add(e.target) : pg.near.delete(e.target);
     pg.draw();
@@ -25,10 +25,7 @@
     for (const [chart, figure] of Object.entries(pg.latest)) {
       const el = document.querySelector(`#pg-plot-${chart} .js-plotly-plot`);
       if (!el || pg.drawn.get(el) === figure) continue;
-      if (!pg.watched.has(el)) {  // a plot new on the page: drawn once the observer has seen it
-        pg.watched.add(el);
-        pg.observer.observe(el);
-      }
+      pg.observer.observe(el);  // a no-op for a plot it watches; a new one is drawn once seen
       if (!pg.near.has(el)) continue;  // off screen, or hidden (a hidden plot never intersects)
       const layout = { ...figure.layout, autosize: true };
       if (short) layout.height = Math.min(layout.height ?? SHORT_HEIGHT, SHORT_HEIGHT);

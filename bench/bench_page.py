@@ -20,16 +20,13 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "bench"), str(ROOT)]
 
 from bench_viewers import free_port, start_server, stop_server  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
-]  # fmt: skip
+from tests.e2e.conftest import CHROMIUM, CHROMIUM_ARGS  # noqa: E402  (how chromium runs here)
+
 METRICS = ("TaskDuration", "ScriptDuration", "RecalcStyleDuration", "LayoutDuration",
            "LayoutCount")  # fmt: skip
 # Every Plotly.react, timed: how many the page drew and what each cost.
