@@ -8,7 +8,7 @@ them. With the driver stopped, it times on them in order (as the board meets the
   busy       BusyTime.convert of each engine snapshot (what the driver does per publish)
   board      board_values (stats, cards, step log, inspector, scoreboard), per state
   charts     chart_values of one session on a FigureCache (every chart of a new version)
-  inspected  chart_values of a session that inspects a request (its own block table too)
+  inspected  chart_values of a session that inspects a request, and that request's block table
 
 Prints the median and p90 over the states of each state's best of --repeat passes, in ms.
 --save keeps the run in a pickle and --load times a kept one, so two versions of the code can
@@ -81,8 +81,16 @@ def time_each(states, make_fn, repeat: int) -> list[float]:
 
 
 def _charts(rid_of):
+    """One session's chart update of a new version, plus the block table of the request it
+    inspects (FigureCache.block_table, as playground/ui/live.py asks for it)."""
     cache = FigureCache()
-    return lambda s: chart_values(s, cache, {}, rid_of(s))
+
+    def update(state):
+        chart_values(state, cache, {})
+        if (rid := rid_of(state)) is not None:
+            cache.block_table(state, rid)
+
+    return update
 
 
 def inspected(state) -> str | None:

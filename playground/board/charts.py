@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 
 from engine import WaitingReason
 from engine.telemetry import EngineSnapshot
-from playground.board.per_step import per_step
+from playground.board.per_step import per_window
 from playground.teaching.why import WAITING_COLOURS, state_cost
 
 STATUS_COLOURS = {"waiting": "#f59e0b", "running": "#3b82f6", "finished": "#10b981"}
@@ -88,7 +88,7 @@ def queue_spec(snap: EngineSnapshot, title: str = "Queues over time") -> dict:
     """Cumulative flow: finished (bottom), running, waiting, one stacked area per state."""
     steps = snap.steps[-MAX_CHART_STEPS:]
     x = [r.step for r in steps]
-    done_per_step = [_num_done(r) for r in steps]
+    done_per_step = _window_done(steps)
     finished = snap.totals.num_requests_finished - sum(done_per_step)
     cumulative = []
     for n in done_per_step:
@@ -113,6 +113,9 @@ def _num_done(record) -> int:
     """Requests that ended in this step (n > 1 completions report one 'finished' each)."""
     ended = {e.request_id for e in record.events if e.kind in ("finished", "aborted")}
     return len(ended)
+
+
+_window_done = per_window(_num_done)
 
 
 def batch_spec(snap: EngineSnapshot, title: str = "Tokens per step") -> dict:
@@ -279,7 +282,7 @@ def throughput_spec(snap: EngineSnapshot, title: str = "Tokens per second") -> d
     steps = snap.steps[-MAX_CHART_STEPS:]
     x, gen, pre = [], [], []
     if steps:  # one array op per column, not a Python loop per step (redrawn every version)
-        cols = np.array([_throughput_row(r) for r in steps])  # (steps, 5)
+        cols = np.array(_window_rows(steps))  # (steps, 5)
         sums = np.vstack([np.zeros((1, 2)), np.cumsum(cols[:, 3:], axis=0)])  # prefix sums
         i = np.arange(len(steps))
         j = np.maximum(0, i - THROUGHPUT_WINDOW + 1)  # each window's first step
@@ -307,10 +310,12 @@ def _num_generated(record) -> int:
     return record.num_decode_tokens + sum(e.kind == "prefill_done" for e in record.events)
 
 
-@per_step
 def _throughput_row(r) -> tuple:
     """(step, start, end, generated tokens, prompt tokens) of one step."""
     return r.step, r.start, r.start + r.duration, _num_generated(r), r.num_prefill_tokens
+
+
+_window_rows = per_window(_throughput_row)
 
 
 def _ms(v: float | None) -> str:

@@ -28,3 +28,37 @@ def per_step(fn):
         return value
 
     return remembered
+
+
+def per_window(fn):
+    """`[fn(r) for r in records]` for a window of StepRecords, reusing the previous call's
+    list: the next version's window is the last one less the steps that left its front,
+    plus the steps new at its end, so only those are computed (per record, as per_step). A
+    window that does not continue the last (a rewound frame, another chart's slice) is
+    computed whole."""
+    one = per_step(fn)
+    last: list = [((), [])]  # [(records, values)], swapped whole: readers see one pair
+
+    def window(records) -> list:
+        old, values = last[0]
+        shared = _overlap(old, records)
+        fresh = values[len(old) - shared :] if shared else []
+        fresh = fresh + [one(r) for r in records[shared:]]
+        last[0] = (tuple(records), fresh)
+        return fresh
+
+    return window
+
+
+def _overlap(old, records) -> int:
+    """How many records at the start of `records` end `old`, in order (0 if it does not
+    continue `old`): the old window's front slid away, the rest is shared."""
+    if not old or not records:
+        return 0
+    for start, record in enumerate(old):
+        if record is records[0]:
+            shared = len(old) - start
+            if shared <= len(records) and records[shared - 1] is old[-1]:
+                return shared
+            return 0
+    return 0

@@ -6,7 +6,7 @@ import statistics
 
 from engine.telemetry import EngineSnapshot, StepRecord
 from playground.board.charts import PHASE_COLOURS, _spec
-from playground.board.per_step import per_step
+from playground.board.per_step import per_window
 
 MIXED_COLOUR = "rgba(139, 92, 246, 0.45)"  # steps that also prefilled: not pure decode
 MEDIAN_COLOUR = "#0f172a"
@@ -14,7 +14,6 @@ HOVER = ("step %{customdata[0]}: %{x} sequences, %{customdata[1]} prefill + "
          "%{customdata[2]} decode tokens: %{y:.1f} ms<extra></extra>")  # fmt: skip
 
 
-@per_step
 def _point(r: StepRecord) -> tuple | None:
     """(trace, batch size, ms, hover data, seconds) of a step that did work; the hover's
     words are plotly's (customdata), so no string is built per step."""
@@ -25,9 +24,12 @@ def _point(r: StepRecord) -> tuple | None:
     return kind, r.num_seqs, round(r.duration * 1000, 2), data, r.duration
 
 
+_window_points = per_window(_point)  # a window's points, only new steps computed
+
+
 def _points(snap: EngineSnapshot) -> dict[str, list[tuple]]:
     """The points of the steps that did work, per trace, oldest first."""
-    points = [p for p in map(_point, snap.steps) if p is not None]
+    points = [p for p in _window_points(snap.steps) if p is not None]
     return {kind: [p for p in points if p[0] == kind] for kind in ("decode", "with prefill")}
 
 
