@@ -311,8 +311,11 @@ def request_detail(group: SequenceGroup, tokenizer) -> RequestDetail:
     )
 
 
-def step_record(engine, sched, events: tuple, start: float, forward_duration: float) -> StepRecord:
-    """The engine's StepRecord of the step that began at `start` and scheduled `sched`."""
+def step_record(
+    engine, sched, events: tuple, start: float, forward_duration: float, num_generated: int
+) -> StepRecord:
+    """The engine's StepRecord of the step that began at `start`, scheduled `sched` and
+    sampled `num_generated` tokens."""
     bm, scheduler = engine.block_manager, engine.scheduler
     return StepRecord(
         step=engine.clock.step,
@@ -330,6 +333,7 @@ def step_record(engine, sched, events: tuple, start: float, forward_duration: fl
         kv_blocks_free=len(bm.free_block_ids),
         events=events,
         waiting_by_reason=_count_waiting(engine, sched),
+        num_generated_tokens=num_generated,
     )
 
 

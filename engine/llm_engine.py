@@ -190,8 +190,8 @@ class LLMEngine:
                     logger.exception("sampling failed at step %d", self.clock.step)
                     outputs += self._fail(scheduled, events)
         if not sched.is_empty or events:
-            record = step_record(self, sched, tuple(events), start, forward_duration)
-            self.telemetry.record_step(record, num_generated)
+            record = step_record(self, sched, tuple(events), start, forward_duration, num_generated)
+            self.telemetry.record_step(record)
         return outputs
 
     def _execute_isolated(self, sched: SchedulerOutputs):

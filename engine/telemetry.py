@@ -38,6 +38,7 @@ class StepRecord:
     events: tuple[StepEvent, ...] = ()
     # requests left waiting, per WaitingReason value (engine/waiting.py); zeros left out
     waiting_by_reason: tuple[tuple[str, int], ...] = ()
+    num_generated_tokens: int = 0  # sampled this step (every completion and beam)
 
     @property
     def num_tokens(self) -> int:
@@ -142,10 +143,10 @@ class Telemetry:
         self.preemption_time_lost = 0.0  # of finished requests
         self.elapsed_busy = 0.0
 
-    def record_step(self, record: StepRecord, num_generated: int) -> None:
+    def record_step(self, record: StepRecord) -> None:
         self.steps.append(record)
         self.num_prompt_tokens += record.num_prefill_tokens
-        self.num_generated_tokens += num_generated
+        self.num_generated_tokens += record.num_generated_tokens
         self.num_preemptions += sum(e.kind == "preempted" for e in record.events)
         if record.num_tokens:
             self.elapsed_busy += record.duration

@@ -20,6 +20,7 @@ from engine import (
     LLMEngine,
     RequestDetail,
     RequestOutput,
+    StepRecord,
     StopReason,
 )
 from playground.access.limits import PublicLimits
@@ -138,6 +139,11 @@ class EngineDriver:
         request of the first lane (with `every_output`, each of its outputs), before its
         stream gets it. `fn` must be quick."""
         self._inbox.call(lambda: self._loop.streams.on_finish(fn, every_output), wait=False)
+
+    def on_step(self, fn: Callable[[StepRecord], None]) -> None:
+        """From now on, call `fn(record)` on the driver thread with the StepRecord of every
+        step of the first lane, once, right after the step. `fn` must be quick."""
+        self._inbox.call(lambda: self._loop.streams.on_step(fn), wait=False)
 
     def abort(self, request_id: str) -> None:
         """Cancel a request (it finishes with CANCELLED); unknown ids are ignored."""

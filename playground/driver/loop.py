@@ -149,14 +149,16 @@ class DriverLoop:
         self.publisher.publish(force, self.lanes, self.ledger, self.workload, self.clock, first)
 
     def _remember(self):
-        """After a step of the first lane: the engine as it is now, for the run's record; that
-        snapshot on the busy clock (None if the lane has not stepped since), for the
-        BoardState and the rewind to show."""
+        """After a step of the first lane: its StepRecord to the step listeners; the engine as
+        it is now, for the run's record; that snapshot on the busy clock (None if the lane has
+        not stepped since), for the BoardState and the rewind to show."""
         lane = self.lanes.first
         if lane.num_steps == self._remembered:
             return None
         self._remembered = lane.num_steps
         snap = lane.engine.snapshot()
+        if snap.steps and snap.steps[-1].step == snap.step:  # a step that raised left none
+            self.streams.step_done(snap.steps[-1])
         self.trace.record(snap)  # the trace keeps the engine's own (wall) times
         snap = self.publisher.on_busy_clock(lane.name, snap)
         self.history.record(snap, self.workload.views() if self.workload is not None else ())

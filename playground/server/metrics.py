@@ -13,8 +13,8 @@ One custom collector in a dedicated registry (so several apps can live in one pr
 - counters from the engine's totals (generated tokens, preemptions, prefix-cache tokens), read
   at scrape time. A board reset builds a fresh engine whose totals restart at 0; the collector
   folds the old engine's last values into a base, so the counters stay monotonic;
-- `vllm:iteration_tokens_total`: the tokens of each engine step, from the snapshot's step
-  records (it keeps the last 512: a scrape sees every step unless more ran since the last);
+- `vllm:iteration_tokens_total`: observed once per engine step that ran tokens, as the driver
+  hands over the step's StepRecord (`EngineDriver.on_step`), however long between scrapes;
 - per request (playground/server/request_metrics.py): observed from each output as the driver
   hands it over (`EngineDriver.on_finish(..., every_output=True)`), so each request and token
   is counted exactly once. Counting starts when the collector attaches to the driver: when
@@ -65,7 +65,7 @@ class EngineCollector(Collector):
         self._lock = threading.Lock()  # scrapes may overlap
         self._base = dict.fromkeys([f for _, f, _ in TOTALS], 0)  # of engines reset away
         self._last = dict(self._base)
-        self._last_step = 0  # the last step whose tokens were observed
+        self._last_step = 0  # the engine's step at the last scrape: a lower one is a reset
         self._driver = None  # the one that feeds `requests`
         self.requests: RequestStats | None = None  # made with the first driver
         self.iteration_tokens = Histogram(ITERATION_TOKENS_BUCKETS)
@@ -79,6 +79,18 @@ class EngineCollector(Collector):
                     self.requests = RequestStats(driver.config.max_model_len)
                 # queued for the driver thread: never blocks
                 driver.on_finish(self.requests.observe, every_output=True)
+                driver.on_step(self._observe_step)
+
+    def _observe_step(self, record) -> None:
+        """On the driver thread. vLLM observes the prompt tokens computed and the tokens
+        generated in an iteration (loggers.py record, stats.py IterationStats); it counts a
+        chunked prompt in the iteration that completes it and skips one with no output, where
+        this counts each chunk in its own step. A step that ran no token is not observed."""
+        if record.num_tokens:
+            with self._lock:
+                self.iteration_tokens.observe(
+                    record.num_prefill_tokens + record.num_generated_tokens
+                )
 
     def collect(self):
         driver = self._get_driver()
@@ -99,17 +111,13 @@ class EngineCollector(Collector):
         yield from self.requests.families(labels, values)
 
     def _fold(self, snap) -> dict[str, float]:
-        """Cumulative totals across engine resets; the steps not yet observed."""
+        """Cumulative totals across engine resets."""
         now = {f: getattr(snap.totals, f) for _, f, _ in TOTALS}
         reset = snap.step < self._last_step or any(now[f] < self._last[f] for f in now)
         if reset:
             for f in now:  # a fresh engine: keep what the old one counted
                 self._base[f] += self._last[f]
-            self._last_step = 0
-        for record in snap.steps:
-            if record.step > self._last_step:
-                self.iteration_tokens.observe(record.num_tokens)
-        self._last, self._last_step = now, max(self._last_step, snap.step)
+        self._last, self._last_step = now, snap.step
         return {f: self._base[f] + now[f] for f in now}
 
     def _families(self, snap, totals: dict, labels: list[str], values: list[str]):

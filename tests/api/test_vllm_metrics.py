@@ -9,6 +9,8 @@ import httpx
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from engine import SamplingParams
+from engine.telemetry import MAX_STEP_RECORDS
 from tests.api.server import TINY_MODEL, bare_app
 
 
@@ -69,9 +71,33 @@ def test_prompt_tokens_count_at_the_first_token_and_latencies_at_the_end(make_dr
     assert after["vllm:request_generation_tokens_sum"] == 40
     assert after["vllm:request_prompt_tokens_sum"] == num_prompt
     assert after["vllm:prompt_tokens_total"] == num_prompt  # not counted again at the end
-    # every step's tokens: the prompt's prefill and the 39 decodes after it
-    assert after["vllm:iteration_tokens_total_sum"] == num_prompt + 39
+    # every step's prompt tokens and generated tokens: the prompt and its 40 tokens
+    assert after["vllm:iteration_tokens_total_sum"] == num_prompt + 40
+    assert after["vllm:iteration_tokens_total_count"] == 40  # the prefill, 39 decodes
     driver.stop()
+
+
+def test_iteration_tokens_count_every_step_however_long_between_scrapes(make_driver):
+    """loggers.py record: histogram_iteration_tokens observes each iteration once, as it
+    happens, with its computed prompt tokens plus its generated tokens (stats.py
+    IterationStats). More steps than the engine keeps records of run between two scrapes."""
+    driver = make_driver()
+    num_tokens = MAX_STEP_RECORDS // 3 + 10
+    params = SamplingParams(max_tokens=num_tokens, temperature=0, ignore_eos=True)
+    prompts = ["first one", "then a second", "and a third"]  # one block or less: none cached
+    with TestClient(bare_app(lambda: driver)) as http:
+        before = _samples(http.get("/metrics").text)
+        for prompt in prompts:  # one at a time: every step runs one request's tokens
+            driver.submit(prompt, params).result(timeout=60)
+        after = _samples(http.get("/metrics").text)
+    grew = {k: after[k] - before.get(k, 0) for k in after}
+    num_steps = len(prompts) * num_tokens  # each: its prefill, then num_tokens - 1 decodes
+    assert num_steps > MAX_STEP_RECORDS
+    assert grew["vllm:iteration_tokens_total_count"] == num_steps
+    assert grew["vllm:iteration_tokens_total_bucket{le=+Inf}"] == num_steps
+    num_prompt = sum(len(driver.tokenizer.encode(p)) for p in prompts)
+    assert grew["vllm:iteration_tokens_total_sum"] == num_prompt + len(prompts) * num_tokens
+    assert grew["vllm:iteration_tokens_total_bucket{le=1}"] == num_steps - len(prompts)
 
 
 def test_cache_config_info_has_vllms_labels(app_server):

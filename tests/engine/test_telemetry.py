@@ -80,12 +80,12 @@ def test_percentile_is_monotonic_in_q():
 
 
 # -- Telemetry totals -------------------------------------------------------------------------
-def record(step, prefill=0, decode=0, duration=0.1, events=(), **kw):
+def record(step, prefill=0, decode=0, duration=0.1, events=(), generated=0, **kw):
     fields = dict(
         step=step, start=100.0 + step, duration=duration, forward_duration=duration / 2,
         num_prefill_tokens=prefill, num_decode_tokens=decode, num_seqs=1, token_budget=16,
         num_waiting=0, num_running=1, kv_blocks_used=2, kv_blocks_cached=1, kv_blocks_free=5,
-        events=tuple(events),
+        events=tuple(events), num_generated_tokens=generated,
     )  # fmt: skip
     fields.update(kw)
     return StepRecord(**fields)
@@ -111,11 +111,11 @@ def test_step_record_num_tokens():
 
 def test_totals_from_steps():
     tel = Telemetry()
-    tel.record_step(record(0, prefill=8, duration=0.5), num_generated=1)
-    tel.record_step(record(1, decode=2, duration=0.25), num_generated=2)
-    tel.record_step(record(2, duration=7.0), num_generated=0)  # idle: not busy time
+    tel.record_step(record(0, prefill=8, duration=0.5, generated=1))
+    tel.record_step(record(1, decode=2, duration=0.25, generated=2))
+    tel.record_step(record(2, duration=7.0, generated=0))  # idle: not busy time
     pre = [StepEvent("preempted", "a"), StepEvent("preempted", "b"), StepEvent("admitted", "c")]
-    tel.record_step(record(3, prefill=4, decode=1, duration=0.25, events=pre), num_generated=1)
+    tel.record_step(record(3, prefill=4, decode=1, duration=0.25, events=pre, generated=1))
     t = tel.totals()
     assert t.num_prompt_tokens == 12
     assert t.num_generated_tokens == 4
@@ -150,7 +150,7 @@ def test_totals_from_finished_requests():
 def test_step_history_is_bounded_but_totals_are_not():
     tel = Telemetry()
     for i in range(MAX_STEP_RECORDS + 10):
-        tel.record_step(record(i, decode=1, duration=0.01), num_generated=1)
+        tel.record_step(record(i, decode=1, duration=0.01, generated=1))
     assert len(tel.steps) == MAX_STEP_RECORDS
     assert tel.steps[0].step == 10 and tel.steps[-1].step == MAX_STEP_RECORDS + 9
     assert tel.totals().num_generated_tokens == MAX_STEP_RECORDS + 10

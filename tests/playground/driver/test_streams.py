@@ -34,3 +34,13 @@ def test_close_all_ends_every_open_stream_with_its_text():
     for h in handles:
         last = h.get(timeout=1)
         assert last.stop_reason == StopReason.CANCELLED and last.text == f"so far {h.request_id}"
+
+
+def test_step_listeners_hear_each_record_a_broken_one_is_logged():
+    streams, heard = Streams(), []
+    streams.on_step(lambda record: 1 / 0)
+    streams.on_step(heard.append)
+    records = [object(), object()]  # the driver hands over the first lane's StepRecords
+    for record in records:
+        streams.step_done(record)
+    assert heard == records
