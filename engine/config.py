@@ -38,7 +38,9 @@ class EngineConfig:
     )
     enable_chunked_prefill: bool = _knob(True, "a long prompt may span several steps")
     enable_prefix_caching: bool = _knob(True, "reuse full KV blocks of identical prefixes")
-    max_waiting: int = _knob(1024, "add_request refuses past this many waiting requests")
+    max_waiting: int | None = _knob(
+        1024, "add_request refuses past this many waiting requests; None: no limit"
+    )
     torch_compile: bool = _knob(
         False, "paged: the step's forward through torch.compile (minutes to start on a CPU)"
     )
@@ -58,15 +60,16 @@ class EngineConfig:
     )
 
     def __post_init__(self):
-        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_waiting"):
+        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
             check_int(name, getattr(self, name), low=1)
         if self.max_num_batched_tokens < self.max_num_seqs:  # else some decodes would starve
             raise ValueError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= "
                 f"max_num_seqs ({self.max_num_seqs})"
             )
-        if self.num_kv_blocks is not None:
-            check_int("num_kv_blocks", self.num_kv_blocks, low=1)
+        for name in ("num_kv_blocks", "max_waiting"):  # None: sized from memory; no limit
+            if getattr(self, name) is not None:
+                check_int(name, getattr(self, name), low=1)
         if self.max_model_len is not None:
             check_int("max_model_len", self.max_model_len, low=2)
         check_choice("batching", self.batching, BATCHING)

@@ -51,7 +51,7 @@ def check_request(
 
 
 def check_room(config: EngineConfig, num_waiting: int) -> None:
-    if num_waiting >= config.max_waiting:
+    if config.max_waiting is not None and num_waiting >= config.max_waiting:
         raise QueueFullError(
             f"the waiting queue is full (max_waiting={config.max_waiting}); retry later"
         )

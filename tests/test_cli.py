@@ -13,8 +13,8 @@ import pytest
 
 from engine import EngineConfig
 from playground.cli import build_parser, parse_args
-from playground.cli.engine_flags import ALIASES, PLAYGROUND_DEFAULTS
-from playground.cli.startup import engine_config
+from playground.cli.engine_flags import PLAYGROUND_DEFAULTS
+from playground.cli.startup import engine_config, public_limits
 from playground.cli.vllm_flags import GPU_ONLY, human_readable_int, no_effect_notes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,9 +119,9 @@ def test_vllm_serve_flags_are_accepted():
     assert args.trust_remote_code and args.disable_log_stats and args.enable_log_requests
     assert args.allowed_origins == ["http://a"] and args.sse_keep_alive_interval == 3
     assert (args.root_path, args.uvicorn_log_level, args.max_logprobs) == ("/proxy", "debug", 5)
-    assert engine_config(args).max_waiting == 9  # --max-num-queued-reqs is EngineConfig's
+    assert public_limits(args).max_num_queued_reqs == 9  # vLLM's admission, at the door
+    assert engine_config(args).max_waiting is None  # the engine's queue: no limit, as vLLM
     assert engine_config(args).max_model_len == 1000
-    assert ALIASES["max_waiting"] == "--max-num-queued-reqs"
 
 
 def test_vllm_values_this_engine_takes_in_part(capsys, tmp_path):

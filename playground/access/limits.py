@@ -2,8 +2,8 @@
 
 The engine's own checks (SamplingParams, EngineConfig.max_waiting, the context window) keep
 it correct; these limits keep one visitor from taking a small shared CPU away from everybody
-else. Simulated users are not subject to them. Defaults suit a 2-vCPU Space; `app.py` flags
-change them.
+else, and vLLM's admission limit (`max_num_queued_reqs`) keeps the queue bounded. Simulated
+users are not subject to them. Defaults suit a 2-vCPU Space; `app.py` flags change them.
 """
 
 import math
@@ -13,6 +13,12 @@ from engine import SamplingParams
 from playground.handles import RequestRejected
 
 PUBLIC_MAX_IN_FLIGHT = 4  # unfinished requests per visitor on a public server
+PUBLIC_MAX_NUM_QUEUED_REQS = 1024  # sequences in flight on a public server, every owner's
+# vLLM's QueueOverflowError's text (vllm/exceptions.py), which its server answers with
+QUEUE_OVERFLOW_MESSAGE = (
+    "The engine is currently busy and cannot accept new requests. Please try again later or "
+    "on a different instance."
+)
 
 
 class LimitExceeded(RequestRejected):
@@ -32,14 +38,20 @@ class PublicLimits:
     # unfinished requests per visitor (browser session, API client); None: no limit
     max_in_flight: int | None = None
     default_timeout_s: float | None = 300.0  # for requests that set none; None = never
+    # vLLM's --max-num-queued-reqs: a request is refused (HTTP 503) when the unfinished
+    # requests (waiting + running; one of n completions or beams counts n) and its own would
+    # pass it; None: no limit, vLLM's default
+    max_num_queued_reqs: int | None = None
 
     def __post_init__(self):
-        for name in ("max_prompt_tokens", "max_tokens", "max_n", "max_in_flight"):
+        for name in ("max_prompt_tokens", "max_tokens", "max_n", "max_in_flight",
+                     "max_num_queued_reqs"):  # fmt: skip
             value = getattr(self, name)
-            if name == "max_in_flight" and value is None:
+            if name in ("max_in_flight", "max_num_queued_reqs") and value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            low = 0 if name == "max_num_queued_reqs" else 1  # vLLM's: 0 admits nothing
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
         t = self.default_timeout_s
         if t is not None and (
             isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t <= 0
@@ -48,8 +60,12 @@ class PublicLimits:
 
     @classmethod
     def defaults(cls, public: bool) -> "PublicLimits":
-        """vllm serve's defaults; on a public server, at most PUBLIC_MAX_IN_FLIGHT per visitor."""
-        return cls(max_in_flight=PUBLIC_MAX_IN_FLIGHT if public else None)
+        """vllm serve's defaults; on a public server, at most PUBLIC_MAX_IN_FLIGHT per visitor
+        and PUBLIC_MAX_NUM_QUEUED_REQS in all."""
+        if not public:
+            return cls()
+        return cls(max_in_flight=PUBLIC_MAX_IN_FLIGHT,
+                   max_num_queued_reqs=PUBLIC_MAX_NUM_QUEUED_REQS)  # fmt: skip
 
     def check(self, params: SamplingParams, num_prompt_tokens: int) -> SamplingParams:
         """`params` with the default timeout filled in; LimitExceeded past a limit."""
@@ -81,3 +97,9 @@ def in_flight_error(in_flight: int, max_in_flight: int) -> LimitExceeded:
         "wait for one to finish or cancel it",
         status=429,
     )
+
+
+def queue_overflow_error() -> RequestRejected:
+    """vLLM's admission refusal (check_admission, vllm/v1/engine/async_llm.py): HTTP 503, so
+    load balancers and client SDKs retry, on another instance if there is one."""
+    return RequestRejected(QUEUE_OVERFLOW_MESSAGE, "requests", status=503, code="queue_full")

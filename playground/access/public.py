@@ -80,7 +80,7 @@ def submit(
     """
     params = driver.limits.check(params, len(token_ids) if token_ids is not None else 0)
     max_waiting = driver.config.max_waiting
-    if driver.snapshot().num_waiting >= max_waiting:  # the engine would refuse it too
+    if max_waiting is not None and driver.snapshot().num_waiting >= max_waiting:
         message = f"the waiting queue is full ({max_waiting} requests); retry later"
         raise RequestRejected(message, "requests", status=429, code="queue_full")
     return driver.submit(
@@ -91,6 +91,7 @@ def submit(
         label=preview(prompt),
         priority=priority,
         max_in_flight=driver.limits.max_in_flight,
+        max_num_queued_reqs=driver.limits.max_num_queued_reqs,
         wait=wait,
         timeout=SUBMIT_TIMEOUT_S,
     )

@@ -69,6 +69,13 @@ def add_limit_flags(p: argparse.ArgumentParser) -> None:
         help="unfinished requests per browser session or API client",
     )
     group.add_argument(
+        "--max-num-queued-reqs",
+        type=_at_least_zero,
+        default=None,
+        help="vLLM's admission limit: unfinished requests (waiting + running; n completions "
+        "count n) past which a request gets a 503 (default: none; 1024 on a public server)",
+    )
+    group.add_argument(
         "--request-timeout",
         type=float,
         default=None,
@@ -146,6 +153,13 @@ def _seconds(text: str) -> float:
     value = float(text)
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return value
+
+
+def _at_least_zero(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return value
 
 

@@ -13,10 +13,10 @@ from dataclasses import MISSING, fields
 from playground.cli.vllm_flags import human_readable_int
 
 PLAYGROUND_KV_BLOCKS = 512  # 8192 tokens of 16: enough for the presets, and a readable block map
-PLAYGROUND_DEFAULTS = {"num_kv_blocks": PLAYGROUND_KV_BLOCKS}
+# the waiting queue: no limit, as `vllm serve` (its admission limit is --max-num-queued-reqs)
+PLAYGROUND_DEFAULTS = {"num_kv_blocks": PLAYGROUND_KV_BLOCKS, "max_waiting": None}
 ALIASES = {  # `vllm serve`'s name of a field, where it differs from the field's
     "num_kv_blocks": "--num-gpu-blocks-override",
-    "max_waiting": "--max-num-queued-reqs",
 }
 VALUE_TYPES = {"max_model_len": human_readable_int}  # vLLM takes 4k (4000) and 4K (4096)
 

@@ -24,6 +24,7 @@ LIMIT_FLAGS = {  # PublicLimits' field -> its flag's dest
     "max_tokens": "limit_max_tokens",
     "max_n": "limit_n",
     "max_in_flight": "limit_in_flight",
+    "max_num_queued_reqs": "max_num_queued_reqs",
 }
 
 

@@ -103,6 +103,7 @@ class EngineDriver:
         label: str | None = None,
         priority: int = 0,
         max_in_flight: int | None = None,
+        max_num_queued_reqs: int | None = None,
         wait: bool = False,
         timeout: float = 30.0,
     ) -> RequestHandle:
@@ -111,7 +112,9 @@ class EngineDriver:
         label: what the board shows of the prompt (default: a preview of it).
         max_in_flight: refuse it (LimitExceeded, HTTP 429) when `owner` already has this many
         unfinished requests (checked on the driver thread, so concurrent submits cannot slip
-        past). wait=True blocks until the driver has handed it to the engine and raises
+        past). max_num_queued_reqs: refuse it (HTTP 503, code "queue_full") when the first
+        lane's unfinished sequences and its own would pass this, as vLLM's admission does.
+        wait=True blocks until the driver has handed it to the engine and raises
         RequestRejected if it was refused, or concurrent.futures.TimeoutError if the driver
         did not get to it within `timeout` (the request is then dropped). Otherwise a
         refusal is raised by the handle's get(), and by its `accepted` Future, which an event
@@ -123,7 +126,7 @@ class EngineDriver:
         def add():
             try:
                 self._loop.add_request(handle.request_id, owner, prompt, label, params, priority,
-                                       max_in_flight)  # fmt: skip
+                                       max_in_flight, max_num_queued_reqs)  # fmt: skip
             except RequestRejected as exc:
                 handle.put(exc)
                 raise
@@ -139,6 +142,11 @@ class EngineDriver:
         request of the first lane (with `every_output`, each of its outputs), before its
         stream gets it. `fn` must be quick."""
         self._inbox.call(lambda: self._loop.streams.on_finish(fn, every_output), wait=False)
+
+    @property
+    def num_admission_rejections(self) -> int:
+        """Requests refused by max_num_queued_reqs since the driver started."""
+        return self._loop.num_admission_rejections
 
     def on_step(self, fn: Callable[[StepRecord], None]) -> None:
         """From now on, call `fn(record)` on the driver thread with the StepRecord of every

@@ -32,7 +32,8 @@ class LaneStep:
 class Lane:
     name: str
     engine: LLMEngine
-    live: set[str] = field(default_factory=set)  # request ids handed to the engine, unfinished
+    # request id -> its sequences (n, or its beams), for those handed to the engine, unfinished
+    live: dict[str, int] = field(default_factory=dict)
     num_submitted: int = 0
     num_finished: int = 0
     num_steps: int = 0
@@ -49,8 +50,12 @@ class Lane:
         """The engine's own step number (the driver is the only one stepping it)."""
         return self.step0 + self.num_steps
 
-    def add(self, request_id: str) -> None:
-        self.live.add(request_id)
+    @property
+    def num_live_seqs(self) -> int:
+        return sum(self.live.values())
+
+    def add(self, request_id: str, num_seqs: int = 1) -> None:
+        self.live[request_id] = num_seqs
         self.num_submitted += 1
 
     def run_step(self) -> LaneStep:
@@ -71,7 +76,7 @@ class Lane:
         self.num_steps += 1
         kept = [out for out in result.outputs if out.request_id in self.live]
         for rid in [o.request_id for o in kept if o.finished] + result.failed:
-            self.live.discard(rid)
+            self.live.pop(rid, None)
             self.num_finished += 1
             self.finish_busy_s, self.finish_step = self.busy_s, self.num_steps
         return replace(result, outputs=kept)
@@ -112,7 +117,7 @@ class Lanes:
                 lane.engine.abort_request(request_id)
             raise
         for lane in self.all:
-            lane.add(request_id)
+            lane.add(request_id, params.num_seqs if params is not None else 1)
 
     def abort(self, request_id: str) -> None:
         self.num_aborts += 1

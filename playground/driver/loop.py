@@ -13,7 +13,7 @@ import time
 from dataclasses import replace
 
 from engine import EngineConfig, LLMEngine, RequestOutput, StopReason
-from playground.access.limits import in_flight_error
+from playground.access.limits import in_flight_error, queue_overflow_error
 from playground.access.turns import stop_at_turns
 from playground.driver.clock import RunClock, StepCounter
 from playground.driver.inbox import Inbox
@@ -54,6 +54,7 @@ class DriverLoop:
         # the first lane's run since the last reset: its last steps, its trace, its requests
         self.history, self.trace, self.replay_log = StepHistory(), TraceRecorder(), ReplayLog()
         self._remembered = 0  # the first lane's num_steps when the run was last recorded
+        self.num_admission_rejections = 0  # by _admit, since start (resets keep it)
         self._ids, self._ids_lock = itertools.count(1), threading.Lock()
         self.publish(force=True)
 
@@ -70,13 +71,15 @@ class DriverLoop:
         record = self.ledger.get(request_id)
         return record.text if record else ""
 
-    def add_request(self, rid, owner, prompt, label, params, priority, max_in_flight) -> None:
+    def add_request(self, rid, owner, prompt, label, params, priority, max_in_flight,
+                    max_num_queued_reqs=None) -> None:  # fmt: skip
         """Hand a request to the lanes; RequestRejected (and a refused record) if refused."""
         record = RequestRecord(rid, owner, label, time.monotonic())
         try:
             mine = len(self.ledger.live_of(owner)) if max_in_flight is not None else 0
             if max_in_flight is not None and mine >= max_in_flight:
                 raise in_flight_error(mine, max_in_flight)
+            self._admit(params, max_num_queued_reqs)
             self.lanes.add(rid, prompt, params, priority)
             self.replay_log.submitted(rid, self.clock.now(), prompt, params, owner, label,
                                       priority)  # fmt: skip
@@ -85,6 +88,15 @@ class DriverLoop:
             self.ledger.put(replace(record, finished=True, error=str(error)))
             raise error from exc
         self.ledger.put(record)  # the board shows it waiting, even while paused
+
+    def _admit(self, params, max_num_queued_reqs: int | None) -> None:
+        """vLLM's check_admission (vllm/v1/engine/async_llm.py): refused when the unfinished
+        sequences and the request's own would pass `max_num_queued_reqs`; counted."""
+        num_seqs = params.num_seqs if params is not None else 1
+        busy = self.lanes.first.num_live_seqs
+        if max_num_queued_reqs is not None and busy + num_seqs > max_num_queued_reqs:
+            self.num_admission_rejections += 1
+            raise queue_overflow_error()
 
     def abort_owner(self, owner: str) -> None:
         for rid in self.ledger.live_of(owner):

@@ -53,6 +53,7 @@ TOTALS = (  # metric name (without _total) -> Totals field
      "Prompt tokens run through the model (prefill; not cached, recomputed after preemption)."),
 )  # fmt: skip
 ENGINE = "0"  # vLLM's `engine` label: the index of the engine core; there is one
+ADMISSION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")  # vLLM's, loggers.py
 
 
 class EngineCollector(Collector):
@@ -107,6 +108,7 @@ class EngineCollector(Collector):
                 "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
                 labels, values))  # fmt: skip
         families.append(cache_config_info(driver.config, snap.kv_blocks_total))
+        families.append(admission_rejections(name, driver.num_admission_rejections))
         yield from families
         yield from self.requests.families(labels, values)
 
@@ -161,6 +163,19 @@ def cache_config_info(config, num_kv_blocks: int):
     fam = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
                             labels=list(info))  # fmt: skip
     fam.add_metric([str(v) for v in info.values()], 1)
+    return fam
+
+
+def admission_rejections(model_name: str, num_rejected: int):
+    """vLLM's `vllm:admission_rejections{model_name, reason}` (loggers.py: no `engine`
+    label, every reason from 0): requests refused by --max-num-queued-reqs. This server has no
+    --max-num-queued-tokens: that reason stays 0."""
+    fam = CounterMetricFamily("vllm:admission_rejections", "Number of admission attempts "
+                              "rejected by a queue limit, by reason.",
+                              labels=["model_name", "reason"])  # fmt: skip
+    counts = dict.fromkeys(ADMISSION_REASONS, 0) | {"max_num_queued_reqs": num_rejected}
+    for reason, n in counts.items():
+        fam.add_metric([model_name, reason], n)
     return fam
 
 

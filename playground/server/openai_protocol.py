@@ -84,10 +84,12 @@ def unauthorized(key_given: bool) -> APIError:
     return APIError(401, message, code="invalid_api_key")
 
 
-def queue_full(max_waiting: int) -> APIError:
-    """503, as vLLM answers a full queue (its QueueOverflowError, vllm/exceptions.py): load
-    balancers and client SDKs retry it, on another instance if there is one."""
-    message = f"the waiting queue is full ({max_waiting} requests); retry later"
+def queue_full(message: str) -> APIError:
+    """503 with no param, as vLLM answers a full queue (its QueueOverflowError,
+    vllm/exceptions.py, through create_error_response,
+    vllm/entrypoints/serve/exception_handling/error_response.py): load balancers and client
+    SDKs retry it, on another instance if there is one. `type` and `code` stay OpenAI's words,
+    as in every error here (vLLM's are "Service Unavailable" and 503)."""
     return APIError(503, message, code="queue_full", type="service_unavailable_error")
 
 

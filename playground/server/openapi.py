@@ -146,7 +146,7 @@ ERRORS = {
     404: "`model` is not the served model",
     429: "too many unfinished requests from this client (a public server's limit)",
     503: "the engine is not serving (its driver is not started or has stopped), or the "
-    "waiting queue is full (as vLLM answers it: retry, here or elsewhere)",
+    "queue is full (--max-num-queued-reqs, as vLLM answers it: retry, here or elsewhere)",
 }
 STREAM = "with `stream: true`: server-sent events, `data: <chunk JSON>` each, `data: [DONE]` last"
 

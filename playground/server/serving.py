@@ -4,8 +4,8 @@ Every request goes through the shared EngineDriver with owner "api:<client>" (a 
 client's address, never the address itself), so it shows on the board like a simulated user.
 It comes in through the public door (playground/access/public.py), as a visitor of the board
 does: the limits (prompt tokens, max_tokens, n, and on a public server requests in flight per
-client) apply, 400 past a size limit, 429 past the in-flight limit, 503 past the waiting
-queue's (as vLLM), `param` naming the field in the API's words. A list of prompts on
+client) apply, 400 past a size limit, 429 past the in-flight limit, 503 past vLLM's admission
+limit (--max-num-queued-reqs), `param` naming the field in the API's words. A list of prompts on
 /v1/completions is a batch, as in vLLM: one engine request per prompt, one answer whose
 choices are numbered prompt by prompt (prompt i's come at i * n).
 """
@@ -63,7 +63,7 @@ async def serve(request: Request, body_cls, served: ServedModel, options: Servin
             jobs = await asyncio.to_thread(prepare_all, d, body, model, options)
             handles = await _submit_all(d, jobs, client_owner(request))
         except RequestRejected as exc:
-            raise _refusal(exc, body, d.config.max_waiting) from None
+            raise _refusal(exc, body) from None
     except APIError as exc:
         return exc.response()
     except Exception as exc:  # a bug, not the client's fault: still answer in OpenAI's shape
@@ -171,10 +171,10 @@ def _param(field: str, body: RequestBody) -> str:
     return field
 
 
-def _refusal(exc: RequestRejected, body: RequestBody, max_waiting: int) -> APIError:
+def _refusal(exc: RequestRejected, body: RequestBody) -> APIError:
     """A refusal of the public door in OpenAI's shape, `param` in the API's words."""
-    if exc.code == "queue_full":
-        return queue_full(max_waiting)
+    if exc.code == "queue_full":  # vLLM's admission limit, or the engine's --max-waiting
+        return queue_full(str(exc))
     param = _param(exc.field, body)
     if isinstance(exc, LimitExceeded):
         kind = "rate_limit_error" if exc.status == 429 else None

@@ -84,7 +84,8 @@ def test_the_openai_client_raises_and_the_server_keeps_serving(client):
 
 
 def test_full_waiting_queue_answers_503_as_vllm(make_driver):
-    """vLLM answers a full queue 503 (QueueOverflowError, vllm/exceptions.py)."""
+    """The engine's own --max-waiting (no limit by default): a full waiting queue is answered
+    as vLLM answers a full one, 503 (QueueOverflowError, vllm/exceptions.py)."""
     driver = make_driver(max_waiting=1)
     driver.pause()  # nothing leaves the waiting queue
     driver.submit("fill the queue", wait=True)

@@ -36,6 +36,7 @@ FAMILIES = {  # parsed family name -> type (counters lose their _total)
     "vllm:request_generation_tokens": "histogram",
     "vllm:iteration_tokens_total": "histogram",
     "vllm:cache_config_info": "gauge",
+    "vllm:admission_rejections": "counter",
 }
 PROCESS = {"process_cpu_seconds": "counter", "process_resident_memory_bytes": "gauge",
            "python_info": "gauge", "python_gc_collections": "counter"}  # fmt: skip
@@ -81,6 +82,10 @@ def _scrape(url: str) -> dict[str, float]:
         for s in f.samples:
             if f.name == "vllm:cache_config_info":  # vLLM's: the config's labels, no model
                 assert s.labels["engine"] == "0" and s.value == 1
+                continue
+            if f.name == "vllm:admission_rejections":  # vLLM's: no engine label
+                assert set(s.labels) == {"model_name", "reason"}, s.labels
+                samples[f"{s.name}{{reason={s.labels['reason']}}}"] = s.value
                 continue
             assert (s.labels["model_name"], s.labels["engine"]) == (TINY_MODEL, "0")
             extra = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items())

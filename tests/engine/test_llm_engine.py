@@ -229,6 +229,9 @@ def test_duplicate_live_id_and_full_queue_are_refused(llama_pair, tokenizer):
         engine.add_request("c", "hi", GREEDY)
     run_staggered(engine, [])
     engine.add_request("a", "a finished id can be reused", GREEDY)
+    unbounded = make_engine(llama_pair[0], tokenizer, max_waiting=None)
+    for i in range(5):  # None: no limit, as vLLM's max_num_queued_reqs' default
+        unbounded.add_request(f"r{i}", "hi", GREEDY)
 
 
 def test_n_above_max_num_seqs_is_refused_naming_both(llama_pair, tokenizer):

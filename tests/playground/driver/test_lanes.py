@@ -14,12 +14,12 @@ def test_a_request_a_later_lane_refuses_is_on_no_lane(make_engine):
     lanes = Lanes([Lane("a", roomy), Lane("b", small)])
     with pytest.raises(ValueError, match="n must be"):
         lanes.add("r1", "two answers please", SamplingParams(max_tokens=2, n=2), 0)
-    assert [lane.live for lane in lanes.all] == [set(), set()]
+    assert [lane.live for lane in lanes.all] == [{}, {}]
     assert [lane.num_submitted for lane in lanes.all] == [0, 0]
     first, _ = lanes.step()  # the first lane's copy was aborted: its CANCELLED echo is dropped
     assert first.outputs == [] and not lanes.has_work()
     lanes.add("r2", "one answer", fixed(2), 0)
-    assert [lane.live for lane in lanes.all] == [{"r2"}, {"r2"}]
+    assert [lane.live for lane in lanes.all] == [{"r2": 1}, {"r2": 1}]
 
 
 def test_a_failed_step_hands_back_the_live_requests_once(make_engine):
@@ -34,7 +34,7 @@ def test_a_failed_step_hands_back_the_live_requests_once(make_engine):
     engine.step = boom
     result = lane.run_step()
     assert result.failed == ["r1"] and result.outputs == [] and "boom" in str(result.error)
-    assert lane.live == set() and lane.num_finished == 1
+    assert lane.live == {} and lane.num_finished == 1
 
 
 def test_an_exception_in_a_step_fails_live_requests_and_the_loop_goes_on(make_engine):
