@@ -16,6 +16,7 @@ from playground.cli import build_parser, parse_args
 from playground.cli.engine_flags import PLAYGROUND_DEFAULTS
 from playground.cli.startup import engine_config, public_limits
 from playground.cli.vllm_flags import GPU_ONLY, human_readable_int, no_effect_notes
+from playground.server.options import ServingOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,6 +98,19 @@ def test_max_model_len_takes_vllms_suffixes(capsys):
     assert "--max-model-len" in capsys.readouterr().err
 
 
+def test_max_model_len_auto_and_human_readable_token_budget():
+    """vllm/engine/arg_utils.py: --max-model-len takes human_readable_int_or_auto (-1 or auto:
+    the model's own window, fit to the KV cache, vllm/config/model.py), which is EngineConfig's
+    None here; --max-num-batched-tokens takes human_readable_int (the other flags of its
+    human_readable_int_args do not exist here)."""
+    for value in ("auto", "AUTO", "-1"):
+        args = parse_args(["--max-model-len", value])
+        assert args.max_model_len is None and engine_config(args).max_model_len is None
+    args = parse_args(["--max-num-batched-tokens", "2k", "--max-num-seqs", "8"])
+    assert engine_config(args).max_num_batched_tokens == 2000
+    assert parse_args(["--max-num-batched-tokens", "1K"]).max_num_batched_tokens == 1024
+
+
 def test_vllm_serve_flags_are_accepted():
     """Every `vllm serve` flag of issue 63's list parses (names from vllm/engine/arg_utils.py
     and vllm/entrypoints/launchers/cli_args.py), with the meaning vLLM gives it."""
@@ -126,16 +140,19 @@ def test_vllm_serve_flags_are_accepted():
 
 def test_vllm_values_this_engine_takes_in_part(capsys, tmp_path):
     """--max-logprobs (vllm/config/model.py: default 20, -1 = no cap) stops at the engine's
-    cap of 20; --generation-config (same file) is 'auto', 'vllm' or a folder holding
-    generation_config.json, read as JSON."""
+    cap of 20, -1 included (with one note at start); --generation-config (same file) is
+    'auto', 'vllm' or a folder holding generation_config.json, read as JSON."""
     (tmp_path / "generation_config.json").write_text("{}")
     assert parse_args(["--generation-config", str(tmp_path)]).generation_config == str(tmp_path)
     assert parse_args(["--max-logprobs", "20"]).max_logprobs == 20
+    no_cap = parse_args(["--max-logprobs", "-1"])  # vLLM's no cap: the engine's, said once
+    assert ServingOptions(max_logprobs=no_cap.max_logprobs).max_logprobs == 20
+    assert [n for n in no_effect_notes(no_cap) if "--max-logprobs -1" in n and "20" in n]
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "generation_config.json").write_text("{temperature: 0")
     for flags, says in (
-        (["--max-logprobs", "-1"], "at most 20 per token"),
+        (["--max-logprobs", "-2"], "at most 20 per token"),
         (["--max-logprobs", "21"], "at most 20 per token"),
         (["--generation-config", "/no/such"], "generation_config.json"),
         (["--generation-config", str(broken)], "is not a JSON file"),

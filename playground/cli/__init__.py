@@ -113,10 +113,10 @@ def _check_engine_urls(p: argparse.ArgumentParser, args: argparse.Namespace) -> 
 def _check_vllm_values(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """vLLM's flags whose values this engine takes only in part."""
     most = import_leaf("engine.sampling_params").MAX_LOGPROBS
-    if args.max_logprobs is not None and not 0 <= args.max_logprobs <= most:
+    if args.max_logprobs is not None and not -1 <= args.max_logprobs <= most:
         p.error(
-            f"--max-logprobs: this engine returns at most {most} per token; 0 to {most}, "
-            f"got {args.max_logprobs}"
+            f"--max-logprobs: this engine returns at most {most} per token; 0 to {most}, or "
+            f"-1 (vLLM's no cap: {most} here), got {args.max_logprobs}"
         )
     folder = args.generation_config
     if folder in ("auto", "vllm"):

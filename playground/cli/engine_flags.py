@@ -10,7 +10,7 @@ import argparse
 import types
 from dataclasses import MISSING, fields
 
-from playground.cli.vllm_flags import human_readable_int
+from playground.cli.vllm_flags import human_readable_int, human_readable_int_or_auto
 
 PLAYGROUND_KV_BLOCKS = 512  # 8192 tokens of 16: enough for the presets, and a readable block map
 # the waiting queue: no limit, as `vllm serve` (its admission limit is --max-num-queued-reqs)
@@ -18,7 +18,10 @@ PLAYGROUND_DEFAULTS = {"num_kv_blocks": PLAYGROUND_KV_BLOCKS, "max_waiting": Non
 ALIASES = {  # `vllm serve`'s name of a field, where it differs from the field's
     "num_kv_blocks": "--num-gpu-blocks-override",
 }
-VALUE_TYPES = {"max_model_len": human_readable_int}  # vLLM takes 4k (4000) and 4K (4096)
+# vLLM takes 4k (4000) and 4K (4096) for these (vllm/engine/arg_utils.py), and -1 or auto for
+# the model's own window
+VALUE_TYPES = {"max_model_len": human_readable_int_or_auto,
+               "max_num_batched_tokens": human_readable_int}  # fmt: skip
 
 
 def add_engine_flags(parser: argparse.ArgumentParser, config_cls: type) -> None:

@@ -9,6 +9,8 @@ import argparse
 import json
 import re
 
+from playground.cli.light import import_leaf
+
 UVICORN_LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 LOAD_FORMATS = ("auto", "safetensors", "pt")  # vLLM's that transformers' loader can honour
 GPU_ONLY = {  # flag -> (argparse keywords, short alias); vllm/engine/arg_utils.py's names
@@ -41,6 +43,16 @@ def human_readable_int(value: str) -> int:
             f"{number}{suffix.lower()}?"
         )
     return int(number) * 1024 ** ("KMGT".index(suffix) + 1)
+
+
+def human_readable_int_or_auto(value: str) -> int | None:
+    """vLLM's reading of --max-model-len (vllm/utils/argparse_utils.py): -1 or auto is the
+    model's own window, capped by what the KV cache holds (vllm/config/model.py), which is
+    EngineConfig's None; else human_readable_int."""
+    value = value.strip()
+    if value == "-1" or value.lower() == "auto":
+        return None
+    return human_readable_int(value)
 
 
 def add_vllm_flags(parser: argparse.ArgumentParser) -> None:
@@ -88,7 +100,8 @@ def _add_model_flags(group) -> None:
         type=int,
         default=None,
         help="the most logprobs (top_logprobs) a request may ask for per token, 0 to the "
-        "engine's cap of 20 (default: 20, as vLLM); past it a request gets vLLM's 400",
+        "engine's cap of 20, or -1: vLLM's no cap, the engine's cap here (default: 20, as "
+        "vLLM); past it a request gets vLLM's 400",
     )
     group.add_argument(
         "--chat-template",
@@ -153,9 +166,13 @@ def _add_frontend_flags(group) -> None:
 
 
 def no_effect_notes(args: argparse.Namespace) -> list[str]:
-    """One line for each GPU-only flag given: what it would do on vLLM, and that it does
-    nothing here."""
+    """One line for each GPU-only flag given (what it would do on vLLM, and that it does
+    nothing here), and for a vLLM value this engine honours in part."""
     notes = []
+    if args.max_logprobs == -1:
+        most = import_leaf("engine.sampling_params").MAX_LOGPROBS
+        notes.append(f"--max-logprobs -1: no cap in vLLM; this engine returns at most {most} "
+                     f"logprobs per token, so requests may ask for up to {most}")  # fmt: skip
     for flag in GPU_ONLY:
         value = getattr(args, flag[2:].replace("-", "_"))
         if value in (None, False):

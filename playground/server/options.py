@@ -29,11 +29,11 @@ class ServingOptions:
     # requests' sampling defaults (playground/server/generation_config.py)
     generation_config: str = "auto"
     # vLLM's --max-logprobs: the most logprobs a request may ask for per token (a 400 past it);
-    # at most the engine's own cap, which None means
+    # at most the engine's own cap, which None and vLLM's -1 (no cap) mean
     max_logprobs: int | None = None
 
     def __post_init__(self):
-        if self.max_logprobs is None:
+        if self.max_logprobs in (None, -1):
             object.__setattr__(self, "max_logprobs", MAX_LOGPROBS)
         si = self.stream_interval
         if isinstance(si, bool) or not isinstance(si, int):
