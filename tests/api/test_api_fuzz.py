@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import httpx
+import jsonschema_rs
 import pytest
 
 from engine import EngineConfig
@@ -65,6 +66,25 @@ def test_the_openapi_document_declares_bodies_errors_and_the_metrics_text(fuzz_s
     detokenize = spec["paths"]["/detokenize"]["post"]["requestBody"]["content"]
     tokens = detokenize["application/json"]["schema"]["properties"]["tokens"]
     assert tokens["items"]["maximum"] == 49151  # the vocabulary's last id
+
+
+def test_the_fuzzers_beam_search_case_is_refused_by_the_document_and_the_server(fuzz_server):
+    """A case schemathesis found: use_beam_search with n null and no best_of. The document
+    (playground/server/openapi.py, _beam_search_rules) calls it invalid and the server answers
+    400 (CompletionRequest.check: at least 2 beams); checked here as the fuzzer checks it, the
+    body against the document's schema. vLLM 0.32 would run it as a beam search of width 1
+    (to_beam_search_params, vllm/entrypoints/openai/completion/protocol.py: n null is 1)."""
+    spec = httpx.get(fuzz_server.url + "/openapi.json").json()
+    op = spec["paths"]["/v1/completions"]["post"]
+    schema = op["requestBody"]["content"]["application/json"]["schema"]
+    valid = jsonschema_rs.validator_for({**schema, "components": spec["components"]}).is_valid
+    case = {"prompt": "0", "n": None, "stream": True, "use_beam_search": True}
+    assert not valid(case)
+    r = httpx.post(fuzz_server.url + "/v1/completions", json=case, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "best_of", r.text
+    two = {**case, "n": 2, "max_tokens": 2}  # two beams: valid to both
+    assert valid(two)
+    assert httpx.post(fuzz_server.url + "/v1/completions", json=two, timeout=60).status_code == 200
 
 
 @pytest.mark.timeout(1200)  # about a minute alone on 2 cores; much more on a crowded machine

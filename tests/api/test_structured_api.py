@@ -9,6 +9,7 @@ import json
 import re
 
 import httpx
+import jsonschema_rs
 import pytest
 import torch
 from fastapi.testclient import TestClient
@@ -188,41 +189,6 @@ def json_http(default_model):
     driver.stop()
 
 
-def _conforms(value, schema: dict) -> bool:
-    """`value` against the JSON Schema keywords SCHEMAS use (jsonschema is not installed)."""
-    if "enum" in schema and value not in schema["enum"]:
-        return False
-    kind = schema.get("type")
-    if kind == "object":
-        props = schema.get("properties", {})
-        if not isinstance(value, dict) or not set(schema.get("required", ())) <= set(value):
-            return False
-        if schema.get("additionalProperties") is False and not set(value) <= set(props):
-            return False
-        return all(_conforms(v, props.get(k, {})) for k, v in value.items())
-    if kind == "array":
-        sized = schema.get("minItems", 0) <= len(value) <= schema.get("maxItems", len(value))
-        return sized and all(_conforms(v, schema["items"]) for v in value)
-    if kind == "integer":
-        low, high = schema.get("minimum", value), schema.get("maximum", value)
-        return type(value) is int and low <= value <= high
-    if kind == "boolean":
-        return isinstance(value, bool)
-    return kind != "string" or isinstance(value, str)
-
-
-def test_the_schema_check_refuses_what_breaks_the_schemas():
-    """_conforms stands in for jsonschema: it must refuse each way out of SCHEMAS."""
-    assert _conforms({"user": {"age": 7, "admin": True}}, NESTED)
-    for value, schema in (({"user": {"age": 100, "admin": True}}, NESTED),
-                          ({"user": {"age": 7, "admin": 1}}, NESTED),
-                          ({"color": "pink", "size": "s"}, ENUM),
-                          ({"color": "red"}, ENUM),
-                          ({"tags": ["a"]}, ARRAY), ({"tags": ["a", "d"]}, ARRAY),
-                          ({"tags": ["a", "b"], "more": 1}, ARRAY)):  # fmt: skip
-        assert not _conforms(value, schema), value
-
-
 @pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/completions"])
 @pytest.mark.parametrize("name", [None, *SCHEMAS])
 def test_response_format_text_parses_and_follows_the_schema(json_http, route, name):
@@ -242,4 +208,6 @@ def test_response_format_text_parses_and_follows_the_schema(json_http, route, na
     text = choice["message"]["content"] if chat else choice["text"]
     assert choice["finish_reason"] == "stop", text
     value = json.loads(text)
-    assert isinstance(value, dict) and (name is None or _conforms(value, SCHEMAS[name])), text
+    assert isinstance(value, dict), text
+    if name is not None:  # schemathesis' validator (the suite has no `jsonschema`)
+        jsonschema_rs.validate(SCHEMAS[name], value)
