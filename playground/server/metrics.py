@@ -107,7 +107,7 @@ class EngineCollector(Collector):
             families.append(self.iteration_tokens.family(
                 "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
                 labels, values))  # fmt: skip
-        families.append(cache_config_info(driver.config, snap.kv_blocks_total))
+        families.append(cache_config_info(driver.config, snap))
         families.append(admission_rejections(name, driver.num_admission_rejections))
         yield from families
         yield from self.requests.families(labels, values)
@@ -154,12 +154,21 @@ class EngineCollector(Collector):
         yield blocks
 
 
-def cache_config_info(config, num_kv_blocks: int):
-    """vLLM's `vllm:cache_config_info`: a gauge at 1 whose labels are the KV cache's config
-    (vLLM's CacheConfig fields that exist here, under its names)."""
-    info = {"block_size": config.block_size, "cache_dtype": "auto",
+def cache_config_info(config, snap):
+    """vLLM's `vllm:cache_config_info`: a gauge at 1 whose labels are its CacheConfig's fields
+    (vllm/config/cache.py metrics_info), those that mean something here, under its names: the
+    pool (num_gpu_blocks; num_gpu_blocks_override, None when sized from memory; its tokens;
+    how many max_model_len requests it holds at once, as vLLM computes it: blocks / blocks of
+    one such request), and the prefix cache's grain (full blocks: hashes and hits per block)."""
+    blocks, size = snap.kv_blocks_total, config.block_size
+    per_request = -(-snap.max_model_len // size)  # blocks of a request at max_model_len
+    info = {"block_size": size, "cache_dtype": "auto",
             "enable_prefix_caching": config.enable_prefix_caching,
-            "num_gpu_blocks": num_kv_blocks, "engine": ENGINE}  # fmt: skip
+            "num_gpu_blocks": blocks, "num_gpu_blocks_override": config.num_kv_blocks,
+            "kv_cache_size_tokens": blocks * size,
+            "kv_cache_max_concurrency": blocks / per_request if per_request else None,
+            "hash_block_size": size, "cache_hit_alignment_tokens": size,
+            "engine": ENGINE}  # fmt: skip
     fam = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
                             labels=list(info))  # fmt: skip
     fam.add_metric([str(v) for v in info.values()], 1)

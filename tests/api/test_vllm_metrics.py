@@ -102,12 +102,20 @@ def test_iteration_tokens_count_every_step_however_long_between_scrapes(make_dri
 
 def test_cache_config_info_has_vllms_labels(app_server):
     """loggers.py log_metrics_info: vllm:cache_config_info, a gauge at 1, CacheConfig's fields
-    as labels (those that exist here) and the engine."""
+    as labels (vllm/config/cache.py metrics_info: every field; those that mean something here)
+    and the engine."""
     text = httpx.get(app_server.url + "/metrics").text
     [info] = [f for f in text_string_to_metric_families(text) if f.name == "vllm:cache_config_info"]
     [sample] = info.samples
-    config = app_server.driver.config
+    config, snap = app_server.driver.config, app_server.driver.snapshot()
     assert info.type == "gauge" and sample.value == 1
-    assert sample.labels["block_size"] == str(config.block_size)
-    assert sample.labels["enable_prefix_caching"] == str(config.enable_prefix_caching)
-    assert {"num_gpu_blocks", "cache_dtype", "engine"} <= set(sample.labels)
+    blocks, size = snap.kv_blocks_total, config.block_size
+    assert sample.labels == {
+        "block_size": str(size), "cache_dtype": "auto",
+        "enable_prefix_caching": str(config.enable_prefix_caching),
+        "num_gpu_blocks": str(blocks), "num_gpu_blocks_override": str(config.num_kv_blocks),
+        "kv_cache_size_tokens": str(blocks * size),
+        # a request at max_model_len holds max_model_len / block_size blocks
+        "kv_cache_max_concurrency": str(blocks * size / snap.max_model_len),
+        "hash_block_size": str(size), "cache_hit_alignment_tokens": str(size), "engine": "0",
+    }  # fmt: skip
