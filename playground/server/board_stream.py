@@ -12,8 +12,14 @@ socket write: nothing is computed per viewer, and nothing a viewer does changes 
   its connection closed; its browser reconnects (EventSource) and resumes at the latest frame.
 - A stream ends by itself after STREAM_LIFETIME_S (the browser reconnects at once), so a
   server shutting down never waits longer than that for its viewers.
+- What a reader that stops reading holds below its queue (the socket's buffers) is bounded by
+  the server's listening socket (playground/server/frontend.py's bound_connections): the
+  writes to it block within a few frames, so its queue fills and it is dropped; its
+  connection, which the server closes only once its data is sent, is reset by the kernel
+  after STALLED_AFTER_S.
 - GET /board/stream/stats: the fan-out's counters (viewers, writer and watcher tasks alive,
-  frames buffered, drops), so a test can see that nothing is left behind.
+  frames buffered in all and in the fullest queue, drops), so a test can see that nothing is
+  left behind.
 """
 
 import asyncio
@@ -103,10 +109,12 @@ class FanOut:
             viewer.task.cancel()
 
     def stats(self) -> dict:
+        sizes = [v.queue.qsize() for v in self.viewers]
         return {
             "num_viewers": len(self.viewers),
             "num_tasks": self.num_tasks,
-            "num_buffered_frames": sum(v.queue.qsize() for v in self.viewers),
+            "num_buffered_frames": sum(sizes),
+            "max_buffered_frames": max(sizes, default=0),  # the fullest queue (a slow reader's)
             "num_frames": self.num_frames,
             "num_dropped": self.num_dropped,
         }
