@@ -132,9 +132,10 @@ class Crowd:
             toggle = self.fns.toggle_seat
             answer = await self._post(session, toggle, [st["role"], st["banner"]][: toggle[2]],
                                       http)  # fmt: skip
-            role = answer[-1] if answer and isinstance(answer[-1], str) else st["role"]
-            if answer and not role.startswith("driver"):  # (before the stream: no answer)
-                raise RuntimeError(f"the seat was not taken: {role}")
+            if answer:  # the banner and role (a page from before the stream: no answer)
+                self._show_seat(st, *answer)
+                if not st["role"].startswith("driver"):
+                    raise RuntimeError(f"the seat was not taken: {st['role']}")
         if self.mode == "stream":
             self.tasks.append(asyncio.create_task(self._stream(viewer)))
         self.tasks.append(asyncio.create_task(self._ticks(viewer, session, st)))
@@ -191,13 +192,17 @@ class Crowd:
         answer = await self._post(session, st["fn"], inputs, st["http"])
         viewer.round_trips.append((time.time(), time.monotonic() - t0))
         st["fn"], viewer.ticked = self.fns.tick, True
-        banner, role = answer[-2:]  # the seat banner and role key, where they changed
-        st["banner"] = banner if isinstance(banner, str) else st["banner"]
-        st["role"] = role if isinstance(role, str) else st["role"]
+        self._show_seat(st, *answer[-2:])
         if self.mode == "poll":
             await self._poll_answer(viewer, session, st, answer)
         else:
             self._stream_answer(st, answer)
+
+    @staticmethod
+    def _show_seat(st: dict, banner, role) -> None:
+        """The page shows the seat banner and role key of an answer, where they changed."""
+        st["banner"] = banner if isinstance(banner, str) else st["banner"]
+        st["role"] = role if isinstance(role, str) else st["role"]
 
     @staticmethod
     def _stream_answer(st: dict, answer: list) -> None:
