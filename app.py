@@ -181,7 +181,8 @@ def create_app(
         refuse_other_methods(app)
     else:  # the API's /health comes with its routes
         add_health_routes(app, lambda: driver)
-    register_board_stream(app, driver.state, driver.stuck_for)  # every viewer's live board
+    # every viewer's live board; a public server caps the streams of one client address
+    register_board_stream(app, driver.state, driver.stuck_for, is_public(frontend.public))
     demo = build_ui(driver, seat)
     theme = gr.themes.Soft(primary_hue="indigo", neutral_hue="slate")
     css = load_asset("style.css")

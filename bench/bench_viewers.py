@@ -3,25 +3,30 @@
     .venv/bin/python bench/bench_viewers.py [--viewers 1,10,30,100,300] [--repeats 1]
         [--before DIR] [--out bench/out/viewers.md] [--output-json FILE]
 
-Starts the real app (`python app.py`, the default model) from --root on a free 127.0.0.1 port
-and runs one fixed workload (16 greedy requests of 32 tokens, ignore_eos, over /v1/completions)
-headless and watched by N simulated viewers (bench/viewers.py: asyncio in this process, one
-connection each, so their CPU is this process's and is reported apart), alternating headless
-and watched rounds. Per N: the engine's tokens/s watched against headless; updates per second
-per viewer (median, and the slowest 5 %); the gap between a viewer's updates and, streamed, a
-frame's age when it arrives (p50 / p95); the server's extra CPU per viewer-update (its process
-CPU in the watched rounds less the headless ones, per update delivered); this process's CPU.
+Starts the real app (`python app.py`, the default model, the control seat on: --controls
+seat) of this checkout on a free 127.0.0.1 port and runs one fixed workload (16 greedy requests of
+32 tokens, ignore_eos, over /v1/completions) headless and watched by N simulated viewers and
+the seat's holder (bench/viewers.py: asyncio in this process, one connection each, so their
+CPU is this process's and is reported apart), alternating headless and watched rounds. Per N:
+the engine's tokens/s watched against headless; updates per second per viewer (median, and
+the slowest 5 %); the gap between a viewer's updates and, streamed, an update's age when it
+arrives, since the engine's driver published the BoardState it shows (p50 / p95); the seat's
+updates per second, ticks per second (the full rate is 4) and tick round trip (p50 / p95);
+the server's extra CPU per viewer-update (its process CPU in the watched rounds less the
+headless ones, per update delivered); this process's CPU.
 An update is a new board version: a viewer can get no more than the engine's steps publish
 ("board versions/s", the distinct versions any viewer got).
 --before DIR (a checkout from before the stream, e.g. `git worktree add /tmp/before e47f202`)
 also measures the board as it was there (viewers polling with Gradio events), the same way.
-The table is printed and written to --out.
+The table is printed and written to --out; --output-json keeps every round's numbers (and the
+ages since a frame was built).
 """
 
 import argparse
 import asyncio
 import json
 import os
+import resource
 import signal
 import socket
 import statistics
@@ -35,13 +40,17 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from viewers import Crowd, GradioFns  # noqa: E402
+from viewers import Crowd, GradioFns, Viewer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-SERVER_ARGS = ["--max-num-seqs", "16", "--limit-in-flight", "32"]  # 16 API requests, one host
+# 16 API requests from one host; the seat's holder keeps it through every round
+SERVER_ARGS = ["--max-num-seqs", "16", "--limit-in-flight", "32", "--controls", "seat",
+               "--seat-idle", "3600"]  # fmt: skip
 NUM_REQUESTS, MAX_TOKENS = 16, 32
 WARM_S = 1.0  # after every viewer has joined, this long before the watched round starts
-JOIN_TIMEOUT_S = 120.0
+JOIN_TIMEOUT_S = 120.0  # for the whole crowd to join, and JOIN_S_PER_VIEWER more per viewer
+JOIN_S_PER_VIEWER = 0.2
+FDS_PER_VIEWER = 2  # its stream's socket here and the server's end of it (one process tree)
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
@@ -55,6 +64,18 @@ def cpu_s(pid: int) -> float:
     """CPU seconds (user + system) of process `pid` so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS_PER_S
+
+
+def raise_fd_limit(max_viewers: int) -> None:
+    """Lets this process and the server it starts (which inherits the limit) hold a socket
+    per viewer: the soft RLIMIT_NOFILE raised as far as needed, within the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = FDS_PER_VIEWER * max_viewers + 512  # and the app's own files, the tick pool
+    if hard != resource.RLIM_INFINITY and need > hard:
+        raise SystemExit(f"{max_viewers} viewers need {need} open files; the hard limit is "
+                         f"{hard} (ulimit -Hn)")  # fmt: skip
+    if soft != resource.RLIM_INFINITY and need > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
 
 
 def start_server(root: Path, port: int, log_path: Path) -> subprocess.Popen:
@@ -107,20 +128,31 @@ def pct(values: list[float], q: float) -> float | None:
 
 def crowd_numbers(crowd: Crowd, t0: float, t1: float) -> dict:
     """Per viewer, inside the watched round [t0, t1]: updates/s, gaps, ages, bytes."""
-    rates, gaps, ages, num_updates, versions = [], [], [], 0, set()
+    rates, gaps, ages, built, num_updates, versions = [], [], [], [], 0, set()
     for v in crowd.viewers:
         times = [t for t in v.updates if t0 <= t <= t1]
         versions.update(n for t, n in zip(v.updates, v.versions, strict=True) if t0 <= t <= t1)
         num_updates += len(times)
         rates.append(len(times) / (t1 - t0))
         gaps += [b - a for a, b in zip([t0, *times], [*times, t1], strict=True)]
-        ages += [a for t, a in zip(v.updates, v.ages, strict=False) if t0 <= t <= t1]
+        ages += [a for t, a in zip(v.updates, v.published_ages, strict=False) if t0 <= t <= t1]
+        built += [a for t, a in zip(v.updates, v.ages, strict=False) if t0 <= t <= t1]
     return {"updates_per_s_p50": pct(rates, 0.5), "updates_per_s_p5": pct(rates, 0.05),
-            "gap_p50": pct(gaps, 0.5), "gap_p95": pct(gaps, 0.95), "age_p50": pct(ages, 0.5),
-            "age_p95": pct(ages, 0.95), "num_updates": num_updates,
-            "versions_per_s": len(versions) / (t1 - t0),
+            "gap_p50": pct(gaps, 0.5), "gap_p95": pct(gaps, 0.95),
+            "published_age_p50": pct(ages, 0.5), "published_age_p95": pct(ages, 0.95),
+            "built_age_p50": pct(built, 0.5), "built_age_p95": pct(built, 0.95),
+            "num_updates": num_updates, "versions_per_s": len(versions) / (t1 - t0),
             "bytes_per_viewer": sum(v.num_bytes for v in crowd.viewers) / len(crowd.viewers),
             "reconnects": sum(v.num_reconnects for v in crowd.viewers)}  # fmt: skip
+
+
+def seat_numbers(seat: Viewer, t0: float, t1: float) -> dict:
+    """The seat's holder inside the watched round [t0, t1]: its updates and ticks per second,
+    its ticks' round trips."""
+    trips = [s for t, s in seat.round_trips if t0 <= t <= t1]
+    return {"seat_updates_per_s": sum(t0 <= t <= t1 for t in seat.updates) / (t1 - t0),
+            "seat_ticks_per_s": len(trips) / (t1 - t0), "seat_tick_p50": pct(trips, 0.5),
+            "seat_tick_p95": pct(trips, 0.95)}  # fmt: skip
 
 
 async def measure(url: str, pid: int, mode: str, n: int, args, fns: GradioFns) -> dict:
@@ -132,11 +164,13 @@ async def measure(url: str, pid: int, mode: str, n: int, args, fns: GradioFns) -
         c0 = cpu_s(pid)
         headless, h0, h1 = await workload(api, model, f"headless {n}.{r}")
         cpu_headless = cpu_s(pid) - c0
-        crowd = Crowd(url, fns, mode, n)
+        crowd = Crowd(url, fns, mode, n, seat=True)
         t_join = time.monotonic()
         await crowd.start()
-        await crowd.joined(JOIN_TIMEOUT_S)
+        not_joined = await crowd.joined(JOIN_TIMEOUT_S + JOIN_S_PER_VIEWER * n)
         join_s = time.monotonic() - t_join
+        if not_joined:
+            print(f"{not_joined} of {n} viewers had not joined after {join_s:.0f} s", flush=True)
         await asyncio.sleep(WARM_S)
         c0, p0 = cpu_s(pid), time.process_time()
         watched, t0, t1 = await workload(api, model, f"watched {n}.{r}")
@@ -145,8 +179,10 @@ async def measure(url: str, pid: int, mode: str, n: int, args, fns: GradioFns) -
         numbers = crowd_numbers(crowd, t0, t1)
         extra = cpu_watched - cpu_headless
         rows.append({"headless": headless, "watched": watched, **numbers,
+                     **seat_numbers(crowd.seat, t0, t1),
                      "server_cpu_ms_per_update": 1000 * extra / max(1, numbers["num_updates"]),
-                     "viewer_cpu_cores": own / (t1 - t0), "join_s": join_s})  # fmt: skip
+                     "viewer_cpu_cores": own / (t1 - t0), "join_s": join_s,
+                     "not_joined": not_joined})  # fmt: skip
         await asyncio.sleep(0.5)
     await api.aclose()
     return summarize(mode, n, rows)
@@ -166,7 +202,10 @@ def table_row(s: dict) -> str:
     return (f"| {s['viewers']} | {s['mode']} | {f('headless', fmt='{:.0f}')} | "
             f"{f('watched', fmt='{:.0f}')} | {f('ratio', 100, '{:.0f} %')} | "
             f"{f('versions_per_s')} | {f('updates_per_s_p50')} / {f('updates_per_s_p5')} | "
-            f"{f('gap_p50')} / {f('gap_p95')} | {f('age_p50')} / {f('age_p95')} | "
+            f"{f('gap_p50')} / {f('gap_p95')} | "
+            f"{f('published_age_p50')} / {f('published_age_p95')} | "
+            f"{f('seat_updates_per_s')} | {f('seat_ticks_per_s')} | "
+            f"{f('seat_tick_p50', 1000, '{:.0f}')} / {f('seat_tick_p95', 1000, '{:.0f}')} | "
             f"{f('server_cpu_ms_per_update')} | {f('viewer_cpu_cores')} | "
             f"{f('bytes_per_viewer', 1 / 1024, '{:.0f}')} | "
             f"{f('join_s', fmt='{:.1f}')} |")  # fmt: skip
@@ -174,9 +213,10 @@ def table_row(s: dict) -> str:
 
 HEADER = (
     "| viewers | path | headless tok/s | watched tok/s | watched / headless | board versions/s"
-    " | updates/s per viewer, p50 / slowest 5 % | gap between updates p50 / p95 (s) | frame "
-    "age p50 / p95 (s) | server extra CPU per update (ms) | viewers' own CPU (cores) | KiB per "
-    "viewer per round | all joined after (s) |\n" + "|---" * 13 + "|"
+    " | updates/s per viewer, p50 / slowest 5 % | gap between updates p50 / p95 (s) | update "
+    "age since the engine published it, p50 / p95 (s) | seat's updates/s | seat's ticks/s | "
+    "seat's tick round trip p50 / p95 (ms) | server extra CPU per update (ms) | viewers' own "
+    "CPU (cores) | KiB per viewer per round | all joined after (s) |\n" + "|---" * 16 + "|"
 )
 
 
@@ -215,6 +255,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "viewers.md")
     ap.add_argument("--output-json", type=Path, default=None)
     args = ap.parse_args()
+    raise_fd_limit(max(args.viewers) + 1)  # and the seat
     print(HEADER, flush=True)
     results = serve_and_measure(ROOT, "stream", args)
     if args.before:

@@ -1,11 +1,12 @@
 """The board's frame: what every viewer of the live board is sent for one BoardState, built once.
 
 A frame is server-sent events, its bytes prepared once, so sending it to a viewer is a write:
-- `board`: {"frame" (its number), "version", "at" (time.time() it was built), "stats", "cards",
-  "log", "scoreboard", "alert", "stops", "compare" (the compare view shows), "lessons"}, the
-  shared HTML (no visitor is "You" in it: a session's own card is its own tick's). "lessons"
-  holds the lesson panel of the running preset's run for every guess a viewer can have made
-  (LessonPanels), so a session's panel is a lookup of its (preset, run, guess);
+- `board`: {"frame" (its number), "version", "at" (time.time() it was built), "published"
+  (time.time() the driver published its BoardState), "stats", "cards", "log", "scoreboard",
+  "alert", "stops", "compare" (the compare view shows), "lessons"}, the shared HTML (no
+  visitor is "You" in it: a session's own card is its own tick's). "lessons" holds the lesson
+  panel of the running preset's run for every guess a viewer can have made (LessonPanels), so
+  a session's panel is a lookup of its (preset, run, guess);
 - `charts` (twice: the board's charts, then the compare view's): {chart: figure} JSON that
   assets/charts.js draws, only the charts that changed since the last frame, and at most
   every `chart_interval_s` (the browser redraws every chart it gets, which costs far more).
@@ -113,8 +114,9 @@ class FrameBuilder:
         if cards_html.startswith(CARDS_OPEN) and cards_html.endswith("</div>"):
             cards_html = cards_html[len(CARDS_OPEN) : -len("</div>")]  # into the page's grid
         body = {"frame": self.num_frames, "version": state.version, "at": round(time.time(), 3),
-                "stats": stats, "cards": cards_html, "log": log, "scoreboard": scoreboard,
-                "alert": alert, "stops": render_stop_panel(state.snapshot),
+                "published": round(state.published_at, 3), "stats": stats, "cards": cards_html,
+                "log": log, "scoreboard": scoreboard, "alert": alert,
+                "stops": render_stop_panel(state.snapshot),
                 "compare": state.compare, "lessons": self.lessons.build(state)}  # fmt: skip
         return event("board", orjson.dumps(body), self.num_frames)
 

@@ -36,6 +36,7 @@ class BoardState:
     details: dict[str, RequestDetail] = field(default_factory=dict)  # watched requests
     paused_until: float | None = None  # monotonic s when the pause ends by itself
     run: int = 0  # one more with every reset: which run the board shows
+    published_at: float = 0.0  # time.time() the driver published it: how old a viewer's view is
 
     @property
     def snapshot(self) -> EngineSnapshot:

@@ -93,6 +93,7 @@ class Publisher:
             clock=clock.now(),
             details=dict(self._details),
             run=self.run,
+            published_at=time.time(),
         )
         self.dirty, self._last = False, now
 

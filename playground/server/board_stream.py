@@ -12,12 +12,22 @@ socket write: nothing is computed per viewer, and nothing a viewer does changes 
   its connection closed; its browser reconnects (EventSource) and resumes at the latest frame.
 - A stream ends by itself after STREAM_LIFETIME_S (the browser reconnects at once), so a
   server shutting down never waits longer than that for its viewers.
+- What a reader that stops reading holds below its queue (the socket's buffers) is bounded by
+  the server's listening socket (playground/server/frontend.py's bound_connections): the
+  writes to it block within a few frames, so its queue fills and it is dropped; its
+  connection, which the server closes only once its data is sent, is reset by the kernel
+  after STALLED_AFTER_S.
+- A public server (a Space, --public) takes at most PUBLIC_STREAMS_PER_HOST streams from one
+  client address (429 past it), so one client cannot grow everyone's fan-out; a class behind
+  one school address still fits. Locally there is no cap, as the API's per-client limits.
 - GET /board/stream/stats: the fan-out's counters (viewers, writer and watcher tasks alive,
-  frames buffered, drops), so a test can see that nothing is left behind.
+  frames buffered in all and in the fullest queue, drops, streams refused), so a test can see
+  that nothing is left behind.
 """
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -35,6 +45,8 @@ MAX_BUFFERED_FRAMES = 8  # frames a viewer may lag behind before it is dropped (
 HEARTBEAT_S = 5.0  # a comment line while the board is still, so the writers look at the time
 STREAM_LIFETIME_S = 20.0
 RETRY_MS = 500  # EventSource's wait before it reconnects
+PUBLIC_STREAMS_PER_HOST = 300  # a public server's cap per client address: a whole class
+REFUSED_RETRY_S = 30  # the Retry-After of a stream refused past the cap
 HEARTBEAT = b": still\n\n"
 HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -49,6 +61,7 @@ class Viewer:
 
     queue: asyncio.Queue
     task: asyncio.Task | None
+    host: str = ""  # the client's address
     closed: bool = False
 
 
@@ -57,22 +70,32 @@ class FanOut:
     """Every viewer's queue; runs on the server's event loop only (no locks)."""
 
     max_buffered: int = MAX_BUFFERED_FRAMES
+    max_per_host: int | None = None  # streams one client address may hold; None: no cap
     viewers: set[Viewer] = field(default_factory=set)
+    per_host: Counter = field(default_factory=Counter)  # client address -> its viewers
     latest: Frame | None = None
     num_tasks: int = 0  # writer and watcher tasks alive (kept by BoardStreamRoute)
     num_frames: int = 0
     num_dropped: int = 0
+    num_refused: int = 0  # streams refused past max_per_host
 
     def __post_init__(self):
         if self.max_buffered < 1:
             raise ValueError(f"max_buffered must be >= 1, got {self.max_buffered}")
+        if self.max_per_host is not None and self.max_per_host < 1:
+            raise ValueError(f"max_per_host must be >= 1 or None, got {self.max_per_host}")
 
-    def subscribe(self) -> Viewer:
-        """A new viewer, written by the current task; the latest frame (in full) comes first."""
-        viewer = Viewer(asyncio.Queue(self.max_buffered), asyncio.current_task())
+    def can_subscribe(self, host: str) -> bool:
+        return self.max_per_host is None or self.per_host[host] < self.max_per_host
+
+    def subscribe(self, host: str = "") -> Viewer:
+        """A new viewer from client address `host`, written by the current task; the latest
+        frame (in full) comes first."""
+        viewer = Viewer(asyncio.Queue(self.max_buffered), asyncio.current_task(), host)
         if self.latest is not None:
             viewer.queue.put_nowait(self.latest.full)
         self.viewers.add(viewer)
+        self.per_host[host] += 1
         return viewer
 
     def publish(self, frame: Frame) -> None:
@@ -97,18 +120,24 @@ class FanOut:
             return
         viewer.closed = True
         self.viewers.discard(viewer)
+        self.per_host[viewer.host] -= 1
+        if not self.per_host[viewer.host]:
+            del self.per_host[viewer.host]
         while not viewer.queue.empty():
             viewer.queue.get_nowait()
         if viewer.task is not None and viewer.task is not asyncio.current_task():
             viewer.task.cancel()
 
     def stats(self) -> dict:
+        sizes = [v.queue.qsize() for v in self.viewers]
         return {
             "num_viewers": len(self.viewers),
             "num_tasks": self.num_tasks,
-            "num_buffered_frames": sum(v.queue.qsize() for v in self.viewers),
+            "num_buffered_frames": sum(sizes),
+            "max_buffered_frames": max(sizes, default=0),  # the fullest queue (a slow reader's)
             "num_frames": self.num_frames,
             "num_dropped": self.num_dropped,
+            "num_refused": self.num_refused,
         }
 
 
@@ -159,8 +188,13 @@ class BoardStreamRoute:
         self.feed, self.fanout, self.lifetime_s = feed, feed.fanout, lifetime_s
 
     async def __call__(self, scope, receive, send) -> None:
+        host = (scope.get("client") or ("",))[0]
+        if not self.fanout.can_subscribe(host):
+            self.fanout.num_refused += 1
+            await self._refuse(send)
+            return
         self.feed.start()
-        viewer = self.fanout.subscribe()
+        viewer = self.fanout.subscribe(host)
         watcher = asyncio.get_running_loop().create_task(self._watch(receive, viewer))
         self.fanout.num_tasks += 1
         try:
@@ -175,6 +209,15 @@ class BoardStreamRoute:
             self.fanout.close(viewer)
             watcher.cancel()
             self.fanout.num_tasks -= 1
+
+    async def _refuse(self, send) -> None:
+        """429: this client address holds as many streams as it may."""
+        body = (f"at most {self.fanout.max_per_host} board streams from one address; retry "
+                "later").encode()  # fmt: skip
+        headers = [(b"content-type", b"text/plain; charset=utf-8"),
+                   (b"retry-after", str(REFUSED_RETRY_S).encode())]  # fmt: skip
+        await send({"type": "http.response.start", "status": 429, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
 
     async def _write(self, viewer: Viewer, send) -> bool:
         """Sends the viewer's frames until its lifetime is over (True) or it closed (False)."""
@@ -198,11 +241,16 @@ class BoardStreamRoute:
             self.fanout.num_tasks -= 1
 
 
-def register_board_stream(app: FastAPI, state: Callable[[], BoardState],
-                          stuck_for: Callable[[], float | None]) -> FanOut:  # fmt: skip
+def register_board_stream(
+    app: FastAPI,
+    state: Callable[[], BoardState],
+    stuck_for: Callable[[], float | None],
+    public: bool = False,
+) -> FanOut:
     """GET /board/stream and /board/stream/stats on `app` (before Gradio's mount at "/");
-    `state`, `stuck_for`: the driver's (EngineDriver.state, .stuck_for). Returns the fan-out."""
-    fanout = FanOut()
+    `state`, `stuck_for`: the driver's (EngineDriver.state, .stuck_for); `public`: a public
+    server's (PUBLIC_STREAMS_PER_HOST per client address). Returns the fan-out."""
+    fanout = FanOut(max_per_host=PUBLIC_STREAMS_PER_HOST if public else None)
     feed = BoardFeed(state, stuck_for, fanout)
     app.add_route(STREAM_PATH, BoardStreamRoute(feed), methods=["GET"])
 

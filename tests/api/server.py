@@ -10,6 +10,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from playground.server.api import register_api
+from playground.server.frontend import bound_connections
 
 TINY_MODEL = "tiny-llama"  # the id the tiny server serves
 
@@ -17,10 +18,13 @@ TINY_MODEL = "tiny-llama"  # the id the tiny server serves
 class Server:
     """uvicorn serving `app` on a free 127.0.0.1 port, in a daemon thread."""
 
-    def __init__(self, app, **config):
-        """`config`: more uvicorn.Config settings (proxy_headers, ...)."""
+    def __init__(self, app, stalled_after_s: float | None = None, **config):
+        """`config`: more uvicorn.Config settings (proxy_headers, ...); `stalled_after_s`: the
+        connections bounded as the app's are (bound_connections), reset after that long."""
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
+        if stalled_after_s is not None:
+            bound_connections(self.sock, stalled_after_s)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2, **config)
         self.server = uvicorn.Server(config)

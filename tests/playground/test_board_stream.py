@@ -5,9 +5,16 @@ import asyncio
 
 import pytest
 
+import app
 from engine.cpu.openmp import off_thread
 from playground.board.frames import Frame
-from playground.server.board_stream import BoardFeed, BoardStreamRoute, FanOut
+from playground.server.board_stream import (
+    PUBLIC_STREAMS_PER_HOST,
+    STREAM_PATH,
+    BoardFeed,
+    BoardStreamRoute,
+    FanOut,
+)
 
 
 def frame(version: int) -> Frame:
@@ -23,7 +30,8 @@ class Client:
     """One viewer's connection as the route sees it: what it was sent, a disconnect to
     trigger, and a socket that can stall (its send never returns)."""
 
-    def __init__(self, stalled: bool = False):
+    def __init__(self, stalled: bool = False, host: str = "10.0.0.1"):
+        self.host, self.status = host, None
         self.sent: list[bytes] = []
         self.started = asyncio.Event()
         self.gone = asyncio.Event()
@@ -36,6 +44,7 @@ class Client:
 
     async def send(self, message):
         if message["type"] == "http.response.start":
+            self.status = message["status"]
             self.started.set()
             return
         if self.stalled and self.sent:
@@ -50,7 +59,8 @@ def route(fanout: FanOut, lifetime_s: float = 60.0) -> BoardStreamRoute:
 
 
 async def serve(stream: BoardStreamRoute, client: Client) -> asyncio.Task:
-    task = asyncio.create_task(stream({"type": "http"}, client.receive, client.send))
+    scope = {"type": "http", "client": (client.host, 50000)}
+    task = asyncio.create_task(stream(scope, client.receive, client.send))
     await client.started.wait()
     return task
 
@@ -158,6 +168,42 @@ def test_a_full_queue_of_one_viewer_costs_the_others_nothing():
 def test_a_fan_out_needs_room_for_a_frame():
     with pytest.raises(ValueError, match="max_buffered"):
         FanOut(max_buffered=0)
+    with pytest.raises(ValueError, match="max_per_host"):
+        FanOut(max_per_host=0)
+
+
+def test_one_client_address_holds_at_most_its_cap_of_streams():
+    async def scenario():
+        fanout = FanOut(max_per_host=2)
+        stream = route(fanout)
+        mine = [Client(host="10.0.0.7") for _ in range(3)]
+        tasks = [await serve(stream, c) for c in mine]
+        assert [c.status for c in mine] == [200, 200, 429] and tasks[2].done()
+        assert b"at most 2" in mine[2].sent[0] and fanout.stats()["num_refused"] == 1
+        other = Client(host="10.0.0.8")  # another address is not counted with them
+        tasks.append(await serve(stream, other))
+        assert other.status == 200 and fanout.stats()["num_viewers"] == 3
+        mine[0].gone.set()  # one goes: its address may open one more
+        await asyncio.wait_for(tasks[0], 2)
+        again = Client(host="10.0.0.7")
+        tasks.append(await serve(stream, again))
+        assert again.status == 200 and fanout.per_host == {"10.0.0.7": 2, "10.0.0.8": 1}
+        for c in (mine[1], other, again):
+            c.gone.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 2)
+        assert not fanout.per_host and fanout.stats()["num_tasks"] == 0
+
+    run(scenario())
+
+
+def test_the_cap_is_a_public_servers_only(driver, monkeypatch):
+    """Locally (loopback tests with many viewers from one address) no cap; a public server
+    (--public, a Space) caps each address at PUBLIC_STREAMS_PER_HOST."""
+    monkeypatch.delenv("SPACE_ID", raising=False)
+    for public, cap in ((False, None), (True, PUBLIC_STREAMS_PER_HOST)):
+        served = app.create_app(driver, frontend=app.Frontend(public=public))
+        (stream,) = [r for r in served.routes if getattr(r, "path", "") == STREAM_PATH]
+        assert stream.app.fanout.max_per_host == cap
 
 
 def test_the_feed_builds_a_frame_per_new_version_or_banner_and_only_while_anyone_watches(driver):

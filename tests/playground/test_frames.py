@@ -32,6 +32,7 @@ def test_a_frame_holds_the_shared_board_and_every_chart_for_a_new_viewer(driver)
     assert "You" not in board["cards"] and {"stats", "log", "scoreboard"} <= board.keys()
     assert "What the stop reasons say" in board["stops"] and board["alert"] == ""
     assert board["compare"] is False and board["lessons"] == []  # no preset runs
+    assert board["published"] == round(state.published_at, 3) <= board["at"]  # the driver's
     assert [n for n, _ in charts] == ["charts"] and set(charts[0][1]) == set(PLOT_KEYS)
     assert frame.delta == frame.full  # the first frame: every chart changed
     banner = FrameBuilder().build(state, alert="<b>stuck</b>", now=100.0)
