@@ -26,7 +26,7 @@ pytestmark = pytest.mark.e2e
 
 GUESS = 1  # the answer clicked: every lesson has a second one
 MORE_STEPS = 6  # steps the board runs past the first verdict before the last look at it ...
-CONFIRM_S = 5.0  # ... or seconds, for a run that is over (static vs continuous)
+CONFIRM_S = 2.0  # ... or seconds, for a run that is over (static vs continuous)
 VERDICT_TIMEOUT_MS = 180_000  # the longest, static vs continuous: two lanes on two busy cores
 DOCS_VIEWPORT = {"width": 1440, "height": 900}  # of the before/after pictures in lessons.md
 PANEL, VERDICT = "#pg-lesson-panel", "#pg-lesson-panel .pg-lesson-m"
@@ -105,7 +105,7 @@ def _ask_and_answer(page, key: str, tmp_path) -> int:
     assert page.evaluate(REQUEST_IDS) == []
     if key == "kv_pressure":
         _page_shot(page, "screenshot-lesson-before.png", tmp_path)
-        time.sleep(2)  # nothing runs before the visitor answers
+        time.sleep(1)  # nothing runs before the visitor answers
         assert page.evaluate(STEP_TILE) == "0" and page.evaluate(REQUEST_IDS) == []
     page.click(f"#pg-answer-{GUESS}")
     slot = page.locator(f"{PANEL} [data-live=lesson]")
@@ -150,7 +150,6 @@ def _answers_only(page) -> None:
 
 def _kv_pressure_views(page, tmp_path) -> None:
     """Why a card waits, what preemption cost its victim, the charts; the docs' pictures."""
-    _page_shot(page, "screenshot-lesson-after.png", tmp_path)  # the verdict as the run goes on
     reason = page.wait_for_function(f"() => ({WAITING_REASON})()", timeout=120_000).json_value()
     assert reason.removeprefix("waiting: ") in {
         "token budget spent", "no free KV blocks", "max_num_seqs reached",
@@ -159,11 +158,14 @@ def _kv_pressure_views(page, tmp_path) -> None:
     page.wait_for_function(f"() => ({COST})()", timeout=120_000)
     page.wait_for_selector("#pg-plot-waiting .js-plotly-plot .main-svg", timeout=60_000)
     page.click("#pg-pause")  # a still picture: the cards stop changing
+    page.wait_for_function(_includes("#pg-pause", "Resume"), timeout=30_000)
     _shot(page, "screenshot-lesson.png", tmp_path, PANEL)
     for view in ("timeline", "waiting"):
         _shot(page, f"screenshot-{view}-chart.png", tmp_path, f"#pg-plot-{view}")
     assert _shot(page, "screenshot-waiting.png", tmp_path).stat().st_size > 50_000
     page.click("#pg-pause")  # Resume
+    page.wait_for_function(_includes("#pg-pause", "Pause"), timeout=30_000)
+    _page_shot(page, "screenshot-lesson-after.png", tmp_path)  # the verdict as the run goes on
 
 
 def _compare_views(page, tmp_path) -> None:
