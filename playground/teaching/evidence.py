@@ -37,6 +37,42 @@ def verdict(answer: str, step: int, template: str, /, **numbers) -> Verdict:
     return Verdict(answer, step, template, tuple(numbers.items()))
 
 
+# The verdicts' words: str.format() of their numbers (tests/e2e reads the numbers back).
+ALL_ADMITTED = (
+    "all {users} users were in the running batch after {steps} step(s) (steps {first} to "
+    "{last}); the first step carried {tokens} prompt tokens of its budget of {budget}."
+)
+CHUNKS_BESIDE_DECODES = (
+    "{request}'s prompt went in {chunks} chunks (steps {first} to {last}); in {together} of "
+    "the {beside} steps where chats were decoding beside it, they decoded in the same step "
+    "(up to {most} tokens)."
+)
+PREEMPTED = (
+    "step {step}: {running} requests ran and {free} of {total} KV blocks were free when "
+    "{request} was preempted: its blocks were freed and it went back to the waiting queue, to "
+    "compute its tokens again once readmitted."
+)
+REFUSED = "{refused} request(s) were refused, none preempted."
+ALL_FINISHED = "all {users} first answers finished without a preemption."
+CACHE_SHARE = (
+    "the first {requests} requests brought {prompt} prompt tokens; {cached} of them "
+    "({share:.0%}) came from the prefix cache."
+)
+VIP_SEATS = (
+    "the {vips} VIPs arrived by step {arrived} and were running at most {wait} step(s) later "
+    "(step {step}); {preempted} running regular(s) were preempted for them, while {queued} "
+    "regular(s) who came earlier still waited."
+)
+BEAM_BLOCKS = (
+    "{request}'s {beams} beams hold {logical} KV blocks between them in {physical} physical "
+    "blocks: {shared} shared by all {beams}, {copies} copied on write."
+)
+SPEEDUP = (
+    "continuous finished in {cont:.2f} s of engine time (step {cont_step}), static in "
+    "{static:.2f} s (step {static_step}): {ratio:.2f}x."
+)
+
+
 def _user_ids(state: BoardState) -> list[str]:
     """The simulated users' requests of the ledger, oldest first."""
     return [r.request_id for r in state.records if (r.owner or "").startswith("user:")]
@@ -70,10 +106,7 @@ def admit_everyone(state: BoardState) -> Measuring | Verdict:
             count = rec.step - steps[0].step + 1
             key = "few" if count <= 2 else "one_each" if count <= n + 2 else "serial"
             return verdict(
-                key, rec.step,
-                "all {users} users were in the running batch after {steps} step(s) (steps "
-                "{first} to {last}); the first step carried {tokens} prompt tokens of its "
-                "budget of {budget}.",
+                key, rec.step, ALL_ADMITTED,
                 users=n, steps=count, first=steps[0].step, last=rec.step,
                 tokens=steps[0].num_prefill_tokens, budget=steps[0].token_budget,
             )  # fmt: skip
@@ -120,10 +153,7 @@ def _longer_than(event, budget: int) -> bool:
 def _chunks_verdict(rid: str, seen, beside, step: int) -> Verdict:
     together = sum(1 for s in beside if s[2])
     return verdict(
-        "together" if 2 * together >= len(beside) else "stall", step,
-        "{request}'s prompt went in {chunks} chunks (steps {first} to {last}); in {together} "
-        "of the {beside} steps where chats were decoding beside it, they decoded in the same "
-        "step (up to {most} tokens).",
+        "together" if 2 * together >= len(beside) else "stall", step, CHUNKS_BESIDE_DECODES,
         request=rid, chunks=len(seen), first=seen[0][0], last=seen[-1][0], together=together,
         beside=len(beside), most=max(s[2] for s in beside),
     )  # fmt: skip
@@ -137,21 +167,16 @@ def pool_too_small(state: BoardState) -> Measuring | Verdict:
         victim = next((e.request_id for e in rec.events if e.kind == "preempted"), None)
         if victim is not None:
             return verdict(
-                "preempt", rec.step,
-                "step {step}: {running} requests ran and {free} of {total} KV blocks were "
-                "free when {request} was preempted: its blocks were freed and it went back "
-                "to the waiting queue, to compute its tokens again once readmitted.",
+                "preempt", rec.step, PREEMPTED,
                 step=rec.step, running=rec.num_running, free=rec.kv_blocks_free,
                 total=snap.kv_blocks_total, request=victim,
             )  # fmt: skip
     refused = [r for r in state.records if r.request_id in users and r.error and not r.stop_reason]
     if refused:
-        return verdict("refuse", snap.step, "{refused} request(s) were refused, none preempted.",
-                       refused=len(refused))  # fmt: skip
+        return verdict("refuse", snap.step, REFUSED, refused=len(refused))
     done = [r for r in state.records if r.request_id in _first_of_each_user(state) and r.finished]
     if state.users and len(done) >= len(state.users) and _from_the_start(state):
-        return verdict("slow", snap.step, "all {users} first answers finished without a "
-                       "preemption.", users=len(done))  # fmt: skip
+        return verdict("slow", snap.step, ALL_FINISHED, users=len(done))
     return Measuring(f"the pool is filling: {snap.kv_blocks_used} of {snap.kv_blocks_total} "
                      "KV blocks held, no preemption yet")  # fmt: skip
 
@@ -177,9 +202,7 @@ def cache_share(state: BoardState) -> Measuring | Verdict:
                 share = cached / prompt if prompt else 0.0
                 key = "none" if share < 0.1 else "some" if share <= 0.5 else "most"
                 return verdict(
-                    key, rec.step,
-                    "the first {requests} requests brought {prompt} prompt tokens; "
-                    "{cached} of them ({share:.0%}) came from the prefix cache.",
+                    key, rec.step, CACHE_SHARE,
                     requests=n, prompt=prompt, cached=cached, share=share,
                 )  # fmt: skip
     return Measuring(f"{len(seen)} of {n} requests admitted")
@@ -216,10 +239,7 @@ def vip_seats(state: BoardState, num_vips: int) -> Measuring | Verdict:
     )  # fmt: skip
     key = "preempt" if preempted and max(waits) <= 2 else "queue"
     return verdict(
-        key, last.step,
-        "the {vips} VIPs arrived by step {arrived} and were running at most {wait} step(s) "
-        "later (step {step}); {preempted} running regular(s) were preempted for them, while "
-        "{queued} regular(s) who came earlier still waited.",
+        key, last.step, VIP_SEATS,
         vips=num_vips, arrived=first.step, wait=max(waits), step=last.step,
         preempted=preempted, queued=queued,
     )  # fmt: skip
@@ -235,10 +255,7 @@ def beam_blocks(state: BoardState) -> Measuring | Verdict:
             physical = len(set().union(*tables))
             shared = len(set(tables[0]).intersection(*tables[1:]))
             return verdict(
-                "shared" if physical < logical else "copies", state.snapshot.step,
-                "{request}'s {beams} beams hold {logical} KV blocks between them in "
-                "{physical} physical blocks: {shared} shared by all {beams}, {copies} "
-                "copied on write.",
+                "shared" if physical < logical else "copies", state.snapshot.step, BEAM_BLOCKS,
                 request=r.request_id, beams=r.beam_width, logical=logical, physical=physical,
                 shared=shared, copies=len(r.copied_blocks),
             )  # fmt: skip
@@ -257,9 +274,7 @@ def speedup(state: BoardState) -> Measuring | Verdict:
     ratio = static.finish_busy_s / cont.finish_busy_s if cont.finish_busy_s else 0.0
     key = "same" if ratio < 1.2 else "bit" if ratio <= 1.5 else "lot"
     return verdict(
-        key, max(cont.finish_step, static.finish_step),
-        "continuous finished in {cont:.2f} s of engine time (step {cont_step}), static in "
-        "{static:.2f} s (step {static_step}): {ratio:.2f}x.",
+        key, max(cont.finish_step, static.finish_step), SPEEDUP,
         cont=cont.finish_busy_s, cont_step=cont.finish_step, static=static.finish_busy_s,
         static_step=static.finish_step, ratio=ratio,
     )  # fmt: skip

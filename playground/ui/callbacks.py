@@ -35,7 +35,7 @@ from playground.ui.controls import NUM_DRIVE_CONTROLS, Knobs, note, scenario_kno
 from playground.ui.live import lesson_slot, own_charts, own_text, wants_full_rate
 from playground.ui.rewind import RewindCallbacks, slider_update
 from playground.ui.story import MAX_ANSWERS
-from playground.workload.scenarios import SCENARIOS
+from playground.workload.scenarios import SCENARIOS, Scenario
 
 KNOBS_REFUSED = "the engine refused these knobs"
 
@@ -205,15 +205,26 @@ class BoardCallbacks:
 
     # -- lessons: a preset asks first -------------------------------------------------------
     def open_lesson(self, key: str, request: gr.Request):
-        """A preset's button: its knobs and its question, on this page only; the run starts
-        with an answer (a control action: the seat's). [knobs, note, pause, lesson, panel,
-        answer buttons, skip button]"""
-        self._visitor(request)
+        """A preset's button: its knobs and its question; the run starts with an answer (a
+        control action: the seat's). A session that may drive also clears the shared board to
+        the preset's engines with no users yet, so the run before it (its cards, preemptions,
+        charts) cannot answer the question first; any other session only reads the question.
+        [knobs, note, pause, lesson, panel, answer buttons, skip button]"""
+        session = self._visitor(request)
         sc = SCENARIOS[key]
+        if self.seat.view(session, time.monotonic()).role.may_drive and self._drives(request):
+            self._clear_for(sc)
         panel = render_lesson(self.driver.state(), key, None)
         lesson = {"key": key, "guess": None}
         return [*scenario_knobs(self.driver, sc), note(sc), gr.skip(), lesson, panel,
                 *_answer_buttons(key)]  # fmt: skip
+
+    def _clear_for(self, sc: Scenario) -> None:
+        """Fresh engines of the preset's knobs and no workload: the board before its run."""
+        try:
+            self.driver.reset(sc.engine_config(self.driver.base_config), compare=sc.compare)
+        except ValueError as exc:
+            warn(f"{KNOBS_REFUSED}: {exc}")
 
     def answer_lesson(self, index: int, lesson: dict, request: gr.Request):
         """The visitor picked answer `index` (-1: skipped the question): the preset starts.

@@ -5,11 +5,13 @@ import time
 
 import gradio as gr
 
+from playground.access.seat import Seat
 from playground.teaching.lessons import LESSONS
 from playground.ui import build_ui
 from playground.ui.callbacks import BoardCallbacks
 from playground.ui.controls import Knobs
 from playground.ui.story import MAX_ANSWERS
+from tests.playground.driving import settled
 
 NUM_KNOBS = len(Knobs._fields)
 PAGE = gr.Request(session_hash="a-page")
@@ -37,6 +39,33 @@ def test_a_preset_asks_its_question_and_starts_nothing(driver):
     assert driver.state().workload is None  # nothing runs before the visitor answers
     two = _callbacks(driver).open_lesson("long_vs_short", PAGE)[NUM_KNOBS + 4 :]
     assert [b.visible for b in two] == [True, True, False, True]
+
+
+def test_a_question_opens_on_a_board_cleared_of_the_run_before(driver):
+    """The run before (its cards, preemptions, charts) could answer the question: a session
+    that drives opens it on the preset's engines with no users yet, for every viewer."""
+    cb = _callbacks(driver)
+    cb.answer_lesson(-1, {"key": "chat_burst"}, PAGE)
+    assert settled(driver, lambda s: s.snapshot.step >= 3).snapshot.step >= 3
+    cb.open_lesson("kv_pressure", PAGE)
+    state = driver.state()
+    assert state.workload is None and not state.records and not state.users
+    assert state.snapshot.step == 0 and not state.snapshot.steps
+    assert driver.config.num_kv_blocks == 40 and not state.compare  # the preset's engines
+    cb.open_lesson("static_vs_continuous", PAGE)
+    assert driver.state().compare and driver.state().workload is None
+
+
+def test_a_question_a_watcher_opens_leaves_the_holders_run(driver):
+    cb = BoardCallbacks(driver, Seat("seat", on_handover=driver.resume))
+    holder, watcher = gr.Request(session_hash="holder"), gr.Request(session_hash="watcher")
+    for page in (holder, watcher):
+        cb.seat.arrive(page.session_hash, time.monotonic())
+    cb.answer_lesson(-1, {"key": "chat_burst"}, holder)  # takes the free seat
+    run = driver.state().run
+    values = cb.open_lesson("kv_pressure", watcher)
+    assert LESSONS["kv_pressure"].question in values[NUM_KNOBS + 3]  # the question, to read
+    assert driver.state().run == run and driver.state().workload == "chat_burst"
 
 
 def test_an_answer_starts_the_preset_and_keeps_the_guess(driver):
