@@ -61,10 +61,18 @@ def _spec(title: str, traces: list[dict], height: int = 260, **layout) -> dict:
             "yanchor": "bottom",
             "font": {"size": 10},
         },  # fmt: skip
-        "uirevision": "board",  # the same on every refresh: keeps the visitor's zoom and legend
+        "uirevision": "board",  # the same on every refresh: keeps the visitor's zoom (in_run)
     }
     base.update(layout)
     return {"data": traces, "layout": base}
+
+
+def in_run(spec: dict, run: int) -> dict:
+    """`spec` as a figure of run `run` (BoardState.run): plotly.js keeps a visitor's zoom and
+    legend clicks while `uirevision` stays the same, so they last the run, and a new run (a
+    reset, a preset) starts from the figure's own axes. Mutates and returns `spec`."""
+    spec["layout"]["uirevision"] = f"run-{run}"
+    return spec
 
 
 def step_axis(x: list[int]) -> dict:
