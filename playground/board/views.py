@@ -10,7 +10,7 @@ import threading
 
 import gradio as gr
 
-from playground.board import block_table, cards, charts, kv_map, slots, step_cost
+from playground.board import block_table, cards, charts, kv_map, slots, step_cost, timeline
 from playground.board.compare import COMPARE_KEYS, compare_specs
 from playground.board.inspector import render_inspector
 from playground.board.state import BoardState
@@ -72,7 +72,7 @@ def _specs(state: BoardState, rid: str | None) -> dict[str, dict]:
     specs = {
         "queue": charts.queue_spec(snap),
         "batch": charts.batch_spec(snap),
-        "timeline": charts.timeline_spec(snap, labels),
+        "timeline": timeline.timeline_spec(snap, labels),
         "kv": kv_map.kv_block_spec(snap, colours),
         "slots": slots.slots_spec(snap, labels, colours),
         "blocks": block_table.block_table_spec(snap, rid, labels),
