@@ -24,8 +24,8 @@ MAX_TIMELINE_REQUESTS = 24
 COST_FONT_PX = 10
 COST_ROW_PX = 15  # a cost label's height at COST_FONT_PX: the thinnest row that holds one
 COST_COLUMN_PX = 76  # the right margin: a label as long as "+999.9 s ⟲99" at COST_FONT_PX
-# The title's second line is the key: a legend wraps into as many lines as the chart is
-# narrow, and would leave the rows a height no one can know here (a phone's: two fewer).
+# The key is the title's subtitle, not a legend: a legend wraps into more lines the narrower
+# the chart, which would leave the rows a height no one can know here.
 MARGIN = {"l": 48, "r": COST_COLUMN_PX, "t": 56, "b": 40}
 KEY = "  ".join(
     f"<span style='color:{colour}'>{mark}</span> {name}"
