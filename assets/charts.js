@@ -9,7 +9,8 @@
 // page's largest cost, and a board shows a few of its charts at a time.
 // A chart's height is its figure's, so the page never moves while a run goes on; on a short
 // screen (a projector) every chart is drawn at most SHORT_HEIGHT tall, so the question, the
-// cards and a row of charts fit. Plotly's toolbar stays hidden (the figure's config).
+// cards and a row of charts fit, with what its figure asks for there (layout.meta.short: the
+// timeline drops cost labels its rows are too thin for). Plotly's toolbar stays hidden.
 (figures) => {
   const SHORT_SCREEN = "(max-height: 760px) and (min-width: 761px)";
   const SHORT_HEIGHT = 230;
@@ -28,7 +29,10 @@
       pg.observer.observe(el);  // a no-op for a plot it watches; a new one is drawn once seen
       if (!pg.near.has(el)) continue;  // off screen, or hidden (a hidden plot never intersects)
       const layout = { ...figure.layout, autosize: true };
-      if (short) layout.height = Math.min(layout.height ?? SHORT_HEIGHT, SHORT_HEIGHT);
+      if (short) {
+        layout.height = Math.min(layout.height ?? SHORT_HEIGHT, SHORT_HEIGHT);
+        Object.assign(layout, layout.meta?.short);
+      }
       const config = { ...(figure.config ?? {}), responsive: true };
       window.Plotly.react(el, figure.data, layout, config);
       pg.drawn.set(el, figure);

@@ -1,7 +1,8 @@
 """HTML for the board: user cards, stat tiles, the narrated step log and the scoreboard.
 
 Pure functions of a BoardState (and the visitor's session id). Every piece of text that a
-person or the model wrote goes through `esc()`.
+person or the model wrote goes through `esc()`, and the model's (or a prompt's) through
+`esc_text()` first: what a font cannot draw shows as one U+FFFD.
 """
 
 import html
@@ -37,6 +38,11 @@ def readable(text: str) -> str:
         "\ufffd" if c not in "\n\t" and unicodedata.category(c) in UNDRAWABLE else c for c in text
     )
     return REPLACEMENT_RUNS.sub("\ufffd", marked)
+
+
+def esc_text(text: str) -> str:
+    """A prompt's or the model's text as HTML: readable(), then esc()."""
+    return esc(readable(text))
 
 
 def visitor_owner(session_hash: str | None) -> str:
@@ -109,15 +115,12 @@ def render_card(
     if record is None:
         body = f'<div class="pg-text pg-muted">{esc(note or "…")}</div>'
         return f'<div class="pg-card{" pg-mine" if mine else ""}">{head}{body}</div>'
-    prompt = f'<div class="pg-prompt" title="{esc(record.prompt)}">› {esc(record.prompt)}</div>'
+    said = esc_text(record.prompt)
+    prompt = f'<div class="pg-prompt" title="{said}">› {said}</div>'
     text = record.text
     if len(text) > MAX_CARD_CHARS:
         text = "…" + text[-MAX_CARD_CHARS:]
-    text = readable(text)
-    if record.logprobs and mine:
-        text_html = token_spans(record)
-    else:
-        text_html = esc(text)
+    text_html = token_spans(record) if record.logprobs and mine else esc_text(text)
     cursor = '<span class="pg-cursor"></span>' if live_status == "running" else ""
     if record.error and (record.stop_reason is None or not record.text):
         text_html = f'<span class="pg-error">{esc(record.error)}</span>'
@@ -139,7 +142,7 @@ def beam_list(beams) -> str:
         return ""
     rows = "".join(
         f'<div class="pg-beam"><b>beam {beam}</b> <span class="pg-muted">{logprob:.2f}</span> '
-        f"{esc(text[-80:])}</div>"
+        f"{esc_text(text[-80:])}</div>"
         for beam, text, logprob in beams
     )
     return f'<div class="pg-beams">{rows}</div>'
@@ -166,9 +169,9 @@ def token_spans(record: RequestRecord) -> str:
             f"{'→' if tid == token_id else ' '} {lp.decoded_token!r}  {lp.logprob:.2f}"
             for tid, lp in ranked
         )
-        spans.append(f'<span class="pg-tok" title="{esc(tip)}">{esc(piece)}</span>')
+        spans.append(f'<span class="pg-tok" title="{esc(tip)}">{esc_text(piece)}</span>')
         shown += len(piece)
-    return "".join(spans) + esc(text[shown:])
+    return "".join(spans) + esc_text(text[shown:])
 
 
 def queue_notes(state: BoardState) -> dict[str, str]:

@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from engine import WaitingReason
 from engine.telemetry import EngineSnapshot
 from playground.board.per_step import per_window
-from playground.teaching.why import WAITING_COLOURS, state_cost
+from playground.teaching.why import WAITING_COLOURS
 
 STATUS_COLOURS = {"waiting": "#f59e0b", "running": "#3b82f6", "finished": "#10b981"}
 PHASE_COLOURS = {"waiting": "#fcd34d", "prefill": "#8b5cf6", "decode": "#3b82f6"}
@@ -23,12 +23,10 @@ STOP_COLOURS = {
     "length": "#f97316", "timeout": "#eab308", "error": "#ef4444",
 }  # fmt: skip
 PREEMPT_COLOUR = "#ef4444"
-LOST_COLOUR = "rgba(239, 68, 68, 0.35)"  # the time a preemption cost, over its request's bar
 PLOTLY_CONFIG = {"displayModeBar": False}  # redrawn up to 2x/s: zoom tools only flicker
 MAX_CHART_STEPS = 200  # per-step charts draw the latest steps only: redrawn up to 2x/s
-MAX_TIMELINE_REQUESTS = 24
 TALL_HEIGHT = 400  # the timeline and the block map: one height, whatever they hold
-COST_COLUMN_PX = 78  # the timeline's right margin, where what preemption cost is written
+SHORT_HEIGHT = 230  # assets/charts.js draws every chart at most this tall on a short screen
 THROUGHPUT_WINDOW = 8  # steps in the rolling tokens/s
 
 _TEMPLATE = {
@@ -61,10 +59,18 @@ def _spec(title: str, traces: list[dict], height: int = 260, **layout) -> dict:
             "yanchor": "bottom",
             "font": {"size": 10},
         },  # fmt: skip
-        "uirevision": "board",  # the same on every refresh: keeps the visitor's zoom and legend
+        "uirevision": "board",  # the same on every refresh: keeps the visitor's zoom (in_run)
     }
     base.update(layout)
     return {"data": traces, "layout": base}
+
+
+def in_run(spec: dict, run: int) -> dict:
+    """`spec` as a figure of run `run` (BoardState.run): plotly.js keeps a visitor's zoom and
+    legend clicks while `uirevision` stays the same, so they last the run, and a new run (a
+    reset, a preset) starts from the figure's own axes. Mutates and returns `spec`."""
+    spec["layout"]["uirevision"] = f"run-{run}"
+    return spec
 
 
 def step_axis(x: list[int]) -> dict:
@@ -134,89 +140,6 @@ def batch_spec(snap: EngineSnapshot, title: str = "Tokens per step") -> dict:
     return _spec(title, traces, barmode="stack", bargap=0.05, xaxis=step_axis(x),
                    yaxis={"title": {"text": "tokens"}, "rangemode": "tozero", "autorange": True},
                    hovermode="x unified")  # fmt: skip
-
-
-def _timeline_rows(reqs, labels: dict[str, str], now: float, t0: float):
-    """The timeline's bars, ends and preemption costs, one row per request, in seconds since t0."""
-    phases = {k: {"y": [], "base": [], "x": []} for k in PHASE_COLOURS}
-    ends = {"x": [], "y": [], "colour": [], "text": []}
-    lost = {"y": [], "base": [], "x": [], "text": []}
-    costs = {"y": [], "text": []}
-    rows = {}
-    for r in reqs:
-        row = rows[r.request_id] = labels.get(r.request_id, r.request_id)
-        end = r.finished or now
-        if cost := state_cost(r):
-            for a, b in r.preempted_spans:
-                lost["y"].append(row)
-                lost["base"].append(round(a - t0, 3))
-                lost["x"].append(round(max(b - a, 0.0), 3))
-                lost["text"].append(cost)
-            costs["y"].append(row)
-            costs["text"].append(f"⟲ {cost}")
-        spans = {
-            "waiting": (r.arrival, r.first_scheduled or end),
-            "prefill": (r.first_scheduled, r.first_token or end) if r.first_scheduled else None,
-            "decode": (r.first_token, end) if r.first_token else None,
-        }
-        for name, span in spans.items():
-            if span and span[1] > span[0]:
-                phases[name]["y"].append(row)
-                phases[name]["base"].append(round(span[0] - t0, 3))
-                phases[name]["x"].append(round(span[1] - span[0], 3))
-        if r.finished and r.stop_reason:
-            ends["x"].append(round(r.finished - t0, 3))
-            ends["y"].append(row)
-            ends["colour"].append(STOP_COLOURS.get(r.stop_reason, "#64748b"))
-            ends["text"].append(r.stop_reason)
-    return phases, ends, lost, costs, rows
-
-
-def timeline_spec(
-    snap: EngineSnapshot, labels: dict[str, str] | None = None, title: str = "Request timeline"
-) -> dict:
-    """One row per request: waiting, prefill, decode bars; preemptions and ends marked."""
-    labels = labels or {}
-    reqs = sorted(snap.requests, key=lambda r: r.arrival)[-MAX_TIMELINE_REQUESTS:]
-    now = snap.steps[-1].start + snap.steps[-1].duration if snap.steps else 0.0
-    now = max([now] + [t for r in reqs for t in (r.arrival, r.first_token, r.finished) if t])
-    t0 = min((r.arrival for r in reqs), default=now)
-    phases, ends, lost, costs, rows = _timeline_rows(reqs, labels, now, t0)
-    traces = [
-        {"type": "bar", "orientation": "h", "name": name, "marker": {"color": PHASE_COLOURS[name]},
-         "hovertemplate": f"{name} %{{x:.2f}} s<extra>%{{y}}</extra>", **v}
-        for name, v in phases.items()
-    ]  # fmt: skip
-    traces.append(
-        {"type": "bar", "orientation": "h", "name": "lost to preemption",
-         "marker": {"color": LOST_COLOUR, "line": {"color": PREEMPT_COLOUR, "width": 1}},
-         "hovertemplate": "%{text}<extra>%{y}</extra>", "textposition": "none", **lost}
-    )  # fmt: skip
-    pre = [(round(s.start - t0, 3), rows[e.request_id]) for s in snap.steps for e in s.events
-           if e.kind == "preempted" and e.request_id in rows and s.start >= t0]  # fmt: skip
-    traces.append(
-        {"type": "scatter", "mode": "markers", "name": "preempted",
-         "x": [p[0] for p in pre], "y": [p[1] for p in pre],
-         "marker": {"symbol": "x-thin", "size": 11, "line": {"width": 2.5, "color": PREEMPT_COLOUR},
-                    "color": PREEMPT_COLOUR}, "hovertemplate": "preempted at %{x:.2f} s"}
-    )  # fmt: skip
-    traces.append(
-        {"type": "scatter", "mode": "markers", "name": "finished", "x": ends["x"], "y": ends["y"],
-         "text": ends["text"], "marker": {"symbol": "line-ns", "size": 12,
-         "line": {"width": 3, "color": ends["colour"]}}, "hovertemplate": "%{text}",
-         "showlegend": False}
-    )  # fmt: skip
-    notes = [  # what preemption cost, in a column right of the plot: one row each, no overlap
-        {"x": 1, "xref": "paper", "xanchor": "left", "xshift": 4, "y": y, "text": text,
-         "showarrow": False, "font": {"size": 9, "color": PREEMPT_COLOUR}}
-        for y, text in zip(costs["y"], costs["text"], strict=True)
-    ]  # fmt: skip
-    return _spec(title, traces, height=TALL_HEIGHT, barmode="overlay", bargap=0.25,
-                 annotations=notes, margin={"l": 48, "r": COST_COLUMN_PX, "t": 40, "b": 36},
-                 xaxis={"title": {"text": "seconds since the first request shown"},
-                        "range": [0, max(round(now - t0, 3), 0.1)], "autorange": False},
-                 yaxis={"autorange": "reversed", "type": "category", "tickfont": {"size": 9}},
-                 )  # fmt: skip
 
 
 def waiting_reason_spec(snap: EngineSnapshot, title: str = "Waiting, by reason") -> dict:

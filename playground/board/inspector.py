@@ -3,7 +3,7 @@
 from engine import RequestDetail, SequenceDetail
 from engine.llm_engine import MAX_FINISHED_KEPT
 from playground.board.beam_tree import beam_tree_spec
-from playground.board.cards import badge, esc
+from playground.board.cards import badge, esc, esc_text
 from playground.board.charts import as_json
 from playground.teaching.why import waiting_label
 
@@ -22,7 +22,7 @@ def _chips(ids, pieces, last: bool = False, logprobs=None) -> str:
         if logprobs and i < len(logprobs):
             tip += "\n" + "\n".join(f"{p!r}  {lp:.2f}" for p, lp in logprobs[i])
         out.append(
-            f'<span class="{cls}" title="{esc(tip)}">{esc(str(piece).translate(VISIBLE))}'
+            f'<span class="{cls}" title="{esc(tip)}">{esc_text(str(piece).translate(VISIBLE))}'
             f"<sub>{tid}</sub></span>"
         )
     if len(ids) > MAX_TOKEN_CHIPS:
@@ -100,7 +100,7 @@ def _grammar_allowed(seq: SequenceDetail) -> str:
     pairs = list(zip(seq.output_tokens, seq.num_allowed_tokens, strict=False))
     cells = "".join(
         f'<span class="pg-chip" title="{n} tokens allowed">'
-        f"{esc(str(piece).translate(VISIBLE))}<sub>{n}</sub></span>"
+        f"{esc_text(str(piece).translate(VISIBLE))}<sub>{n}</sub></span>"
         for piece, n in pairs[:MAX_TOKEN_CHIPS]
     )
     return (

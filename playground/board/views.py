@@ -10,7 +10,7 @@ import threading
 
 import gradio as gr
 
-from playground.board import block_table, cards, charts, kv_map, slots, step_cost
+from playground.board import block_table, cards, charts, kv_map, slots, step_cost, timeline
 from playground.board.compare import COMPARE_KEYS, compare_specs
 from playground.board.inspector import render_inspector
 from playground.board.state import BoardState
@@ -41,7 +41,7 @@ class FigureCache:
             if (table := self._tables.get(rid)) is None:
                 labels = cards.request_labels(state)
                 spec = block_table.block_table_spec(state.snapshot, rid, labels)
-                table = self._tables[rid] = charts.as_json(spec)
+                table = self._tables[rid] = charts.as_json(charts.in_run(spec, state.run))
             return table
 
     def get(self, state: BoardState) -> tuple[dict[str, str], dict[str, int]]:
@@ -61,15 +61,18 @@ class FigureCache:
 
 def _figures(state: BoardState, rid: str | None = None) -> dict[str, str]:
     """Every chart of the board, as the figure JSON plotly.js draws (built without go.Figure);
-    the block table is `rid`'s (else the board's pick)."""
-    if remote.is_remote(state):
-        return {k: charts.as_json(v) for k, v in remote.figures(state).items()}
+    the block table is `rid`'s (else the board's pick). A zoom lasts the run (charts.in_run)."""
+    specs = remote.figures(state) if remote.is_remote(state) else _specs(state, rid)
+    return {k: charts.as_json(charts.in_run(v, state.run)) for k, v in specs.items()}
+
+
+def _specs(state: BoardState, rid: str | None) -> dict[str, dict]:
     snap = state.snapshot
     labels, colours = cards.request_labels(state), cards.request_colours(state)
     specs = {
         "queue": charts.queue_spec(snap),
         "batch": charts.batch_spec(snap),
-        "timeline": charts.timeline_spec(snap, labels),
+        "timeline": timeline.timeline_spec(snap, labels),
         "kv": kv_map.kv_block_spec(snap, colours),
         "slots": slots.slots_spec(snap, labels, colours),
         "blocks": block_table.block_table_spec(snap, rid, labels),
@@ -81,7 +84,7 @@ def _figures(state: BoardState, rid: str | None = None) -> dict[str, str]:
     }
     if state.compare:
         specs.update(compare_specs(state))
-    return {k: charts.as_json(v) for k, v in specs.items()}
+    return specs
 
 
 PLOT_KEYS = ("queue", "batch", "timeline", "kv", "slots", "blocks", "steptime", "waiting",

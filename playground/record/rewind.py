@@ -13,8 +13,9 @@ import orjson
 
 from engine import EngineSnapshot
 from playground.board.cards import esc
-from playground.board.charts import MAX_TIMELINE_REQUESTS, as_json
+from playground.board.charts import as_json
 from playground.board.state import BoardState
+from playground.board.timeline import MAX_TIMELINE_REQUESTS
 from playground.board.views import _figures
 
 CURSOR_COLOUR = "#dc2626"

@@ -8,7 +8,7 @@ exports (its queues, KV cache, preemptions, tokens per step) are labelled as suc
 
 import time
 
-from playground.board import cards, charts
+from playground.board import cards, charts, timeline
 from playground.board.state import BoardState
 from playground.remote import charts as remote_charts
 from playground.remote.engine import RemoteSnapshot
@@ -41,11 +41,11 @@ def figures(state: BoardState) -> dict[str, dict]:
     """Every chart of the board (the same places as the in-process board's)."""
     snap = state.snapshot
     labels = cards.request_labels(state)
-    timeline = "Request timeline seen here (waiting: no token yet)"
+    seen_here = "Request timeline seen here (waiting: no token yet)"
     specs = {
         "queue": remote_charts.queue_spec(snap),
         "batch": remote_charts.iteration_spec(snap),
-        "timeline": charts.timeline_spec(snap, labels, timeline),
+        "timeline": timeline.timeline_spec(snap, labels, seen_here),
         "kv": remote_charts.kv_spec(snap),
         "stops": remote_charts.stops_spec(snap),
         "latency": charts.latency_spec(snap, "Latency, measured from the streams"),

@@ -34,3 +34,11 @@ def state_cost(state) -> str:
     return preemption_cost(
         state.num_preemptions, state.num_recomputed_tokens, state.preemption_time_lost
     )
+
+
+def cost_tag(state) -> str:
+    """'+1.4 s ⟲2', what preemption cost a RequestState in short: the time it lost, the
+    times it was preempted ('' when it never was)."""
+    if not state.num_preemptions:
+        return ""
+    return f"+{state.preemption_time_lost:.1f} s ⟲{state.num_preemptions}"

@@ -1,18 +1,25 @@
 """End to end, in chromium, on a tiny random model (fast; the layout is what is measured): the
 board stays still while a preset runs (cards, lesson and every chart keep their boxes over
-20 ticks), a phone sees the question after a preset tap and one chart per row, a projector
-fits the question, the cards and the chart the lesson is about."""
+20 ticks, the verdict coming meanwhile), the verdict shows whole, with its explanation, in
+the lesson's panel, and the timeline's preemption costs stay inside the chart, one a row, on
+a desktop, a projector and a phone; a phone sees the question after a preset tap and one
+chart per row; a projector fits the question, the cards and the chart each lesson is
+about."""
 
 import time
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from transformers import AutoTokenizer
 
 from engine import loader
+from playground.teaching.lessons import LESSONS
+from playground.workload.scenarios import SCENARIOS
 from tests.tiny_models import make_tiny_model
 
 pytestmark = pytest.mark.e2e
 PRESET = "Chat burst"
+RUNNING = "KV pressure: preemption"  # its verdict comes at its first preemption, mid-ticks
 TICK_S = 0.25
 NUM_TICKS = 20
 # Every box that must not move: the cards, each card, the lesson, each chart of the board.
@@ -43,18 +50,66 @@ def _open(browser, server, width: int, height: int):
     return page
 
 
-def _start_preset(page, preset: str = PRESET) -> None:
-    """A preset's question, then its first answer: the run starts."""
-    page.get_by_role("button", name=preset).click()
-    page.wait_for_selector("#pg-answer-0", state="visible", timeout=90_000)
-    page.click("#pg-answer-0")
-    page.wait_for_selector("#pg-answer-0", state="hidden", timeout=30_000)
+def _start_preset(page, preset: str, button: str = "#pg-answer-0") -> None:
+    """A preset's question, then `button` (an answer, or the skip): the run starts."""
+    page.get_by_role("button", name=preset, exact=True).click()
+    page.wait_for_selector(button, state="visible", timeout=90_000)
+    page.click(button)
+    page.wait_for_selector(button, state="hidden", timeout=30_000)
+
+
+# The verdict's explanation, and the box of the lesson's panel it must lie in.
+WHY = """() => [...['#pg-lesson-panel .pg-lesson', '#pg-lesson-panel .pg-lesson-why']
+    .map(s => { const r = document.querySelector(s).getBoundingClientRect();
+                return [r.left, r.top, r.right, r.bottom] })]"""
+
+
+def _assert_the_verdict_shows_whole(page) -> None:
+    """The measured answer and its explanation, "See the chart" included, in the panel's box
+    (the panel keeps its height: nothing below it moves when the verdict comes)."""
+    page.wait_for_selector("#pg-lesson-panel .pg-lesson-why", timeout=60_000)
+    panel, why = page.evaluate(WHY)
+    assert panel[0] <= why[0] and panel[1] <= why[1], (panel, why)
+    assert why[2] <= panel[2] and why[3] <= panel[3], (panel, why)
+    assert "See the chart" in page.locator("#pg-lesson-panel .pg-lesson-why").inner_text()
+
+
+# The timeline's box and the boxes of its cost labels (left, top, right, bottom), once charts.js
+# has drawn it `height` px tall at the page's width, with at least one label.
+COST_LABELS = """(height) => {
+    const plot = document.querySelector('#pg-plot-timeline .js-plotly-plot');
+    const svg = plot && plot.querySelector('.main-svg');
+    if (!svg) return null;
+    const box = e => { const r = e.getBoundingClientRect();
+                       return [r.left, r.top, r.right, r.bottom] };
+    const [left, top, right, bottom] = box(svg);
+    const drawn = Math.abs(bottom - top - height) < 1
+        && Math.abs(right - left - plot.clientWidth) < 2;
+    const labels = [...plot.querySelectorAll('.annotation')].map(box);
+    return drawn && labels.length ? [box(svg), labels] : null }"""
+SCREENS = {(1440, 900): 400, (1280, 720): 230, (390, 844): 400}  # screen: timeline's height
+
+
+def _assert_the_cost_labels_fit(page) -> None:
+    """On every screen (the page resized, KV pressure running), each label of what preemption
+    cost lies inside the timeline's box and overlaps no other (its 8 rows hold one each, even
+    on a projector)."""
+    for (width, height), tall in SCREENS.items():
+        page.set_viewport_size({"width": width, "height": height})
+        page.locator("#pg-plot-timeline").scroll_into_view_if_needed()  # drawn once near
+        chart, labels = page.wait_for_function(COST_LABELS, arg=tall, timeout=60_000).json_value()
+        for i, (left, top, right, bottom) in enumerate(labels):
+            assert chart[0] <= left and chart[1] <= top, (width, chart, labels)
+            assert right <= chart[2] and bottom <= chart[3], (width, chart, labels)
+            for other in labels[i + 1 :]:  # one above the other, never across
+                assert bottom <= other[1] or other[3] <= top, (width, labels)
+    page.evaluate("() => window.scrollTo(0, 0)")
 
 
 def test_nothing_moves_while_a_preset_runs(server, browser):
     page = _open(browser, server, 1440, 900)
     try:
-        _start_preset(page)
+        _start_preset(page, RUNNING)
         page.wait_for_function(f"() => ({STEP})() >= 4", timeout=60_000)
         page.wait_for_selector("#pg-plot-slots .js-plotly-plot .main-svg", timeout=30_000)
         first, step0 = page.evaluate(BOXES), page.evaluate(STEP)
@@ -67,6 +122,8 @@ def test_nothing_moves_while_a_preset_runs(server, browser):
         assert len(first) == 2 + 11 + 9  # cards, lesson, 11 charts, your card and 8 users'
         visible = page.locator("#pg-charts .modebar-container:visible").count()
         assert visible == 0  # no Plotly toolbar over titles
+        _assert_the_verdict_shows_whole(page)
+        _assert_the_cost_labels_fit(page)
     finally:
         page.close()
 
@@ -94,27 +151,37 @@ def test_a_phone_sees_the_question_and_a_chart_per_row(server, browser):
 
 
 # What a projector must show at once: the question, the cards and the chart the lesson is
-# about (the lesson panel names it, data-chart); each box's top and bottom, page coordinates.
-ON_SCREEN = """() => { const chart = document.querySelector('#pg-lesson-panel .pg-lesson')
-        .dataset.chart;
-    return [chart, Object.fromEntries(['#pg-lesson-panel .pg-lesson-q', '#pg-board .pg-cards',
-        `#pg-plot-${chart}`].map(s => { const r = document.querySelector(s)
-            .getBoundingClientRect();
-        return [s, [r.top + window.scrollY, r.bottom + window.scrollY]] }))] }"""
+# about (the lesson panel names it, data-chart), drawn; each box's top and bottom, page
+# coordinates. `fits` is whether they are all on the screen.
+ON_SCREEN = """() => { const lesson = document.querySelector('#pg-lesson-panel .pg-lesson');
+    const chart = lesson.dataset.chart;
+    const boxes = Object.fromEntries(['#pg-lesson-panel .pg-lesson-q', '#pg-board .pg-cards',
+        `#pg-plot-${chart} .js-plotly-plot .main-svg`].map(s => {
+            const e = document.querySelector(s);
+            const r = e ? e.getBoundingClientRect() : {top: 0, bottom: 0};
+            return [s, [r.top + window.scrollY, r.bottom + window.scrollY]] }));
+    const fits = Object.values(boxes).every(([top, bottom]) =>
+        0 <= top && top < bottom && bottom <= window.innerHeight);
+    return {chart, boxes, fits} }"""
 
 
-def test_a_projector_fits_the_question_the_cards_and_the_lessons_chart(server, browser, tmp_path):
-    """KV pressure's chart is the timeline, in the second row when no lesson is open (every
-    chart a lesson names has its rule in style.css: tests/playground/test_lessons.py)."""
-    preset, chart = "KV pressure", "timeline"
+def test_a_projector_fits_the_question_the_cards_and_each_lessons_chart(server, browser, tmp_path):
+    """Every lesson preset in turn on one page, its question skipped, measured as soon as its
+    chart is drawn: an open lesson's chart leads the charts (style.css), and in compare mode
+    the cards come before the comparison, its queues first. The chat burst's verdict (at its
+    second step) shows whole in the projector's shorter panel."""
     page = _open(browser, server, 1280, 720)
     try:
-        _start_preset(page, preset)
-        page.wait_for_selector(f"#pg-plot-{chart} .js-plotly-plot .main-svg", timeout=30_000)
-        page.wait_for_timeout(1200)  # charts.js has drawn them projector-short
-        page.screenshot(path=tmp_path / f"projector-{chart}.png")
-        named, boxes = page.evaluate(ON_SCREEN)
-        assert named == chart
-        assert all(0 <= top < bottom <= 720 for top, bottom in boxes.values()), boxes
+        for key, lesson in LESSONS.items():
+            _start_preset(page, SCENARIOS[key].title, "#pg-lesson-skip")
+            try:
+                page.wait_for_function(f"() => ({ON_SCREEN})().fits", timeout=30_000)
+            except PlaywrightTimeout:
+                pytest.fail(f"{key} does not fit 1280x720: {page.evaluate(ON_SCREEN)}")
+            assert page.evaluate(ON_SCREEN)["chart"] == lesson.plot
+            if key == "chat_burst":
+                _assert_the_verdict_shows_whole(page)
+            if key == "kv_pressure":
+                page.screenshot(path=tmp_path / "projector-kv-pressure.png")
     finally:
         page.close()

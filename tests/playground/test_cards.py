@@ -58,6 +58,35 @@ def test_visitor_tokens_show_top_alternatives_on_hover():
     assert cards.token_spans(done).count('class="pg-tok"') == 1
 
 
+UNDRAWABLE = "a\x01\ue000\ufffd\ufffdb"  # a control, private use, two undecodable bytes
+SHOWN = "a\ufffdb"  # one replacement character for the run
+
+
+def test_every_place_a_card_shows_model_text_shows_undrawable_text_as_one_mark():
+    """The prompt line (and its title), the text, the visitor's token spans and the beams."""
+    rec = RequestRecord("req-1", "user:Ada", UNDRAWABLE, 0.0, text=UNDRAWABLE)
+    html = cards.render_cards(_board([rec]))
+    assert f'title="{SHOWN}">› {SHOWN}</div>' in html and f'"pg-text">{SHOWN}' in html
+    lp = {7: Logprob(-0.1, 1, UNDRAWABLE)}
+    mine = RequestRecord("r", "visitor:me", "p", 0.0, UNDRAWABLE + "!", 1, token_ids=(7,),
+                         logprobs=(lp,))  # fmt: skip
+    spans = cards.token_spans(mine)
+    assert f">{SHOWN}</span>!" in spans and "\ue000" not in spans
+    assert f"{SHOWN}</div>" in cards.beam_list(((1, UNDRAWABLE, -0.5),))
+
+
+def test_the_inspector_shows_undrawable_tokens_as_one_mark():
+    seq = SequenceDetail(
+        index=0, status="running", stop_reason=None, prompt_token_ids=(1,),
+        output_token_ids=(3,), prompt_tokens=(UNDRAWABLE,), output_tokens=("\x01\x02",),
+        status_history=(("running", 1),), block_table=(5,), num_computed_tokens=2,
+        num_cached_tokens=0, num_preemptions=0, text="", logprobs=None,
+    )  # fmt: skip
+    detail = RequestDetail("req-1", "p", {}, (seq,), 0.0, None, None)
+    html = render_inspector(detail, (), "req-1")
+    assert f">{SHOWN}<sub>1</sub>" in html and ">\ufffd<sub>3</sub>" in html
+
+
 def test_under_priority_the_cards_show_each_requests_priority_and_waiting_time():
     board = busy_board(num_users=2, num_steps=5)  # the last step ends at 0.5 + 0.05 s
     snap = board.snapshot

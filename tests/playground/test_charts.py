@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from engine.telemetry import Totals
-from playground.board import charts, kv_map
+from playground.board import charts, kv_map, timeline
 from tests.playground.boards import busy_board, request, snapshot, step
 
 
@@ -46,29 +46,6 @@ def test_batch_figure_prefill_decode_and_budget():
     assert list(_trace(fig, "decode").y) == [0, 4]
     assert list(_trace(fig, "budget").y) == [64, 64]
     assert fig.layout.barmode == "stack"
-
-
-def test_timeline_phases_preemption_and_stop_marker():
-    reqs = [
-        request(
-            "a", status="finished", stop="eos", arrival=1.0, scheduled=1.5, first=2.0, finished=4.0
-        ),  # fmt: skip
-        request("b", status="waiting", arrival=2.0),
-    ]
-    steps = [step(1, start=1.0), step(30, start=3.0, events=[("preempted", "a")])]
-    fig = charts.as_figure(
-        charts.timeline_spec(snapshot(steps=steps, requests=reqs), {"a": "a · Ada"})
-    )
-    waiting, prefill, decode = (_trace(fig, n) for n in ("waiting", "prefill", "decode"))
-    assert list(waiting.y) == ["a · Ada", "b"]
-    assert list(waiting.base) == [0.0, 1.0]
-    assert list(waiting.x)[0] == pytest.approx(0.5)
-    assert list(prefill.base) == [0.5] and list(prefill.x) == [pytest.approx(0.5)]
-    assert list(decode.base) == [1.0] and list(decode.x) == [pytest.approx(2.0)]
-    pre = _trace(fig, "preempted")
-    assert list(pre.x) == [pytest.approx(2.0)] and list(pre.y) == ["a · Ada"]
-    ends = _trace(fig, "finished")
-    assert list(ends.text) == ["eos"] and list(ends.x) == [pytest.approx(3.0)]
 
 
 def test_stop_reason_counts_in_fixed_order():
@@ -147,7 +124,7 @@ def test_throughput_rolls_over_wall_time():
 
 def test_empty_snapshot_draws_every_chart():
     snap = snapshot()
-    for fn in (charts.queue_spec, charts.batch_spec, charts.timeline_spec,
+    for fn in (charts.queue_spec, charts.batch_spec, timeline.timeline_spec,
                charts.stop_reason_spec, kv_map.kv_block_spec, charts.latency_spec,
                charts.throughput_spec):  # fmt: skip
         charts.as_figure(fn(snap)).to_json()
@@ -157,7 +134,7 @@ def test_a_refresh_keeps_the_visitors_zoom_even_when_the_title_moves():
     """plotly.js keeps zoom and legend clicks while `uirevision` stays the same; the KV,
     latency and throughput titles carry live numbers, so it must not follow the title."""
     quiet, busy = snapshot(), busy_board().snapshot
-    specs = (charts.queue_spec, charts.batch_spec, charts.timeline_spec, kv_map.kv_block_spec,
+    specs = (charts.queue_spec, charts.batch_spec, timeline.timeline_spec, kv_map.kv_block_spec,
              charts.stop_reason_spec, charts.latency_spec, charts.throughput_spec)  # fmt: skip
     for spec in specs:
         before, after = spec(quiet)["layout"], spec(busy)["layout"]
@@ -171,7 +148,7 @@ def test_a_refresh_keeps_the_visitors_zoom_even_when_the_title_moves():
 def test_charts_of_a_full_board_are_cheap():
     """32 users and 500 steps: every chart's JSON (what the board sends) well under a tick."""
     snap = busy_board().snapshot
-    fns = (charts.queue_spec, charts.batch_spec, charts.timeline_spec, charts.stop_reason_spec,
+    fns = (charts.queue_spec, charts.batch_spec, timeline.timeline_spec, charts.stop_reason_spec,
            kv_map.kv_block_spec, charts.latency_spec, charts.throughput_spec)  # fmt: skip
     best = float("inf")
     for _ in range(3):

@@ -55,12 +55,35 @@ def test_a_session_is_sent_only_the_charts_that_changed():
     assert "batch" in json.loads(changed) and "stops" not in json.loads(changed)
 
 
+def _both_lanes(board):
+    lanes = ("continuous", "static")
+    return replace(board, lanes=lanes, snapshots=dict.fromkeys(lanes, board.snapshot),
+                   stats=dict.fromkeys(lanes, board.stats["main"]))  # fmt: skip
+
+
 def test_compare_charts_are_drawn_only_in_compare_mode():
     board = busy_board(num_users=4, num_steps=20)
     cache = FigureCache()
     assert compare_values(board, cache) == [{}, gr.skip()]
-    lanes = ("continuous", "static")
-    both = replace(board, version=2, lanes=lanes, snapshots=dict.fromkeys(lanes, board.snapshot),
-                   stats=dict.fromkeys(lanes, board.stats["main"]))  # fmt: skip
-    sent, figures = compare_values(both, cache)
+    sent, figures = compare_values(replace(_both_lanes(board), version=2), cache)
     assert list(json.loads(figures)) == list(COMPARE_KEYS) and set(sent) == set(COMPARE_KEYS)
+
+
+def _revisions(state) -> set[str]:
+    """The uirevision of every chart of `state`, the compare view's included."""
+    _, figures = chart_values(state, FigureCache())
+    _, compared = compare_values(state, FigureCache())
+    figures = {**json.loads(figures), **json.loads(compared)}
+    assert set(figures) == {*PLOT_KEYS, *COMPARE_KEYS}
+    return {figure["layout"]["uirevision"] for figure in figures.values()}
+
+
+def test_a_zoom_lasts_the_run_and_a_new_run_starts_from_the_figures_axes():
+    """plotly.js keeps a visitor's zoom while a chart's `uirevision` stays: it is the run's
+    (BoardState.run), the same from version to version and new with a reset."""
+    board = _both_lanes(busy_board(num_users=4, num_steps=20))
+    later = _both_lanes(busy_board(num_users=4, num_steps=40, version=9))
+    assert _revisions(board) == _revisions(later) == {"run-0"}
+    assert _revisions(replace(later, version=10, run=1)) == {"run-1"}
+    table = FigureCache().block_table(later, later.snapshot.requests[0].request_id)
+    assert json.loads(table)["layout"]["uirevision"] == "run-0"

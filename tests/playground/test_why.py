@@ -45,20 +45,6 @@ def test_the_victims_card_shows_what_preemption_cost_it():
     assert "pg-cost" not in cards.render_cards(_board([rec], [request("req-1")]))
 
 
-def test_the_timeline_marks_the_time_lost_and_writes_the_cost_in_a_column_of_its_own():
-    victim = replace(request("a", arrival=0.0, scheduled=0.1, first=0.2, finished=4.0,
-                             status="finished", stop="max_tokens", preemptions=1),
-                     num_recomputed_tokens=40, preemption_time_lost=1.5,
-                     preempted_spans=((1.0, 2.5),))  # fmt: skip
-    spec = charts.timeline_spec(snapshot(requests=[victim, request("b", arrival=0.5)]))
-    lost = next(t for t in spec["data"] if t.get("name") == "lost to preemption")
-    assert lost["base"] == [1.0] and lost["x"] == [1.5] and lost["y"] == ["a"]
-    (note,) = spec["layout"]["annotations"]
-    assert note["text"] == "⟲ preempted 1x, 40 tokens recomputed, +1.5 s"
-    # right of the plot, on the request's row: one cost a row, never over a bar or another
-    assert (note["xref"], note["x"], note["xanchor"], note["y"]) == ("paper", 1, "left", "a")
-
-
 def test_the_waiting_chart_stacks_each_step_by_reason():
     steps = [
         replace(step(1, waiting=3), waiting_by_reason=(("kv_blocks", 1), ("queue_order", 2))),
