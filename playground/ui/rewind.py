@@ -27,6 +27,21 @@ from playground.ui.widgets import html
 REPLAY_MODES = ("its own knobs", "continuous", "static", "A/B: continuous vs static")
 
 
+class RewindSlider(gr.Slider):
+    """The rewind slider, drawn as gr.Slider (a Gradio template component). A value from
+    before the step window slid on is clamped into the window, not refused: the page sends
+    the value it shows with every tick (and with its load event), and a tick's answer may
+    move the window before the page has drawn it. gr.Slider would fail that event, and a
+    failed load event leaves the page unknown to the seat (refused every control)."""
+
+    is_template = True
+
+    def preprocess(self, payload: float | None) -> float | None:
+        if payload is None:
+            return None
+        return super().preprocess(min(max(payload, self.minimum), self.maximum))
+
+
 @dataclass(frozen=True)
 class RewindBar:
     at: gr.State  # the step this session looks at; None = live
@@ -50,8 +65,8 @@ class TracePanel:
 def build_rewind() -> RewindBar:
     with gr.Row(elem_classes="pg-rewind", equal_height=True):
         back = gr.Button("◀", size="sm", min_width=40, scale=0, elem_id="pg-rewind-back")
-        slider = gr.Slider(0, 1, value=1, step=1, label="rewind: step", scale=6,
-                           elem_id="pg-rewind")  # fmt: skip
+        slider = RewindSlider(0, 1, value=1, step=1, label="rewind: step", scale=6,
+                              elem_id="pg-rewind")  # fmt: skip
         forward = gr.Button("▶", size="sm", min_width=40, scale=0, elem_id="pg-rewind-fwd")
         live = gr.Button("Live", size="sm", min_width=60, scale=0, elem_id="pg-live")
     return RewindBar(gr.State(None), slider, back, forward, live, html(live_note(None)))

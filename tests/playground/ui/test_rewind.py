@@ -3,12 +3,13 @@
 import json
 
 import gradio as gr
+import pytest
 
 from playground.board.block_table import pick_request
 from playground.board.views import FigureCache
 from playground.ui import build_ui
 from playground.ui.live import own_charts
-from playground.ui.rewind import RewindCallbacks
+from playground.ui.rewind import RewindCallbacks, RewindSlider, slider_update
 from tests.playground.driving import fixed, settled
 
 
@@ -75,3 +76,17 @@ def test_the_block_table_is_the_inspected_requests_live_and_rewound(driver):
     live = driver.state().snapshot
     mine = next(r for r in live.requests if r.request_id != pick_request(live).request_id)
     assert _table(own_charts(driver.state(), mine.request_id, cb.cache)) == list(mine.block_table)
+
+
+def test_the_rewind_slider_clamps_what_the_page_sent_before_the_window_slid():
+    """The tick moves the window to steps 32-1100; the page's next event still carries the 1
+    it showed: gr.Slider refuses it (the event fails), the rewind slider takes the window's
+    edge. Gradio keeps a session's copy of a component as the block's own class with the
+    answer's arguments (Blocks.postprocess_data), which this builds the same way."""
+    slider = RewindSlider(0, 1, value=1, step=1, render=False)
+    assert slider.get_block_name() == "slider"  # drawn by the page as gr.Slider
+    answer = slider_update((32, 1100)).constructor_args
+    moved = RewindSlider(**{**slider.constructor_args, **answer, "render": False})
+    assert (moved.preprocess(1), moved.preprocess(500), moved.preprocess(2000)) == (32, 500, 1100)
+    with pytest.raises(gr.Error, match="less than minimum"):
+        gr.Slider(**{**slider.constructor_args, **answer, "render": False}).preprocess(1)
