@@ -162,6 +162,7 @@ def _kv_pressure_views(page, tmp_path) -> None:
     _shot(page, "screenshot-lesson.png", tmp_path, PANEL)
     for view in ("timeline", "waiting"):
         _shot(page, f"screenshot-{view}-chart.png", tmp_path, f"#pg-plot-{view}")
+    page.locator("#pg-board").evaluate("b => b.scrollIntoView()")  # the cards at the top
     assert _shot(page, "screenshot-waiting.png", tmp_path).stat().st_size > 50_000
     page.click("#pg-pause")  # Resume
     page.wait_for_function(_includes("#pg-pause", "Pause"), timeout=30_000)
