@@ -22,8 +22,8 @@ socket write: nothing is computed per viewer, and nothing a viewer does changes 
   one school address still fits. Locally there is no cap, as the API's per-client limits.
 - The crowd's writes are rationed (playground/server/crowd_budget.py): past
   VIEWER_UPDATES_PER_S in all, each viewer gets a frame every len(viewers) / budget seconds,
-  in full when it missed some. A stream whose `seat` query matches the seat holder's token
-  (FanOut.seat_token) gets every frame.
+  in full when it missed some. A stream whose `seat` query is a seat holder's token
+  (playground/access/seat_pass.py) gets every frame.
 - GET /board/stream/stats: the fan-out's counters (viewers, writer and watcher tasks alive,
   frames buffered in all and in the fullest queue, drops, streams refused, one viewer's update
   interval now), so a test can see that nothing is left behind.
@@ -90,9 +90,7 @@ class FanOut:
     num_refused: int = 0  # streams refused past max_per_host
     budget: CrowdBudget = field(default_factory=CrowdBudget)
     clock: Callable[[], float] = time.monotonic
-    # the seat holder's token, "" none; set by the holder's tick (a Gradio worker thread: one
-    # attribute write, read once a frame here)
-    seat_token: str = ""
+    seat_tokens: Callable[[], tuple[str, ...]] = tuple  # the full-rate streams' (SeatPass)
     by_token: dict[str, set[Viewer]] = field(default_factory=dict)  # viewers with a token
 
     def __post_init__(self):
@@ -124,9 +122,8 @@ class FanOut:
         self.latest = frame
         self.num_frames += 1
         targets = dict.fromkeys(self.budget.due(self.clock()))
-        seat_token = self.seat_token
-        if seat_token:
-            targets.update(dict.fromkeys(self.by_token.get(seat_token, ())))
+        for token in self.seat_tokens() if self.by_token else ():
+            targets.update(dict.fromkeys(self.by_token.get(token, ())))
         for viewer in targets:
             missed = viewer.sent != self.num_frames - 1
             viewer.sent = self.num_frames
@@ -289,11 +286,14 @@ def register_board_stream(
     state: Callable[[], BoardState],
     stuck_for: Callable[[], float | None],
     public: bool = False,
+    seat_tokens: Callable[[], tuple[str, ...]] = tuple,
 ) -> FanOut:
     """GET /board/stream and /board/stream/stats on `app` (before Gradio's mount at "/");
     `state`, `stuck_for`: the driver's (EngineDriver.state, .stuck_for); `public`: a public
-    server's (PUBLIC_STREAMS_PER_HOST per client address). Returns the fan-out."""
-    fanout = FanOut(max_per_host=PUBLIC_STREAMS_PER_HOST if public else None)
+    server's (PUBLIC_STREAMS_PER_HOST per client address); `seat_tokens`: the full-rate
+    streams' tokens (SeatPass.tokens). Returns the fan-out."""
+    fanout = FanOut(max_per_host=PUBLIC_STREAMS_PER_HOST if public else None,
+                    seat_tokens=seat_tokens)  # fmt: skip
     feed = BoardFeed(state, stuck_for, fanout)
     app.add_route(STREAM_PATH, BoardStreamRoute(feed), methods=["GET"])
 

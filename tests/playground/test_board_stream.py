@@ -11,11 +11,13 @@ from engine.cpu.openmp import off_thread
 from playground.board.frames import Frame
 from playground.server.board_stream import (
     FRAME_INTERVAL_S,
+    MAX_TOKEN_CHARS,
     PUBLIC_STREAMS_PER_HOST,
     STREAM_PATH,
     BoardFeed,
     BoardStreamRoute,
     FanOut,
+    seat_token,
 )
 
 
@@ -233,3 +235,9 @@ def test_the_feed_builds_a_frame_per_new_version_or_banner_and_only_while_anyone
         await asyncio.wait_for(feed._task, 1)
 
     run(scenario())
+
+
+def test_a_stream_names_its_seat_token_in_its_query():
+    assert seat_token({"query_string": b"seat=abc"}) == "abc"
+    assert seat_token({"query_string": b""}) == seat_token({}) == ""
+    assert len(seat_token({"query_string": b"seat=" + b"x" * 1000})) == MAX_TOKEN_CHARS

@@ -108,7 +108,7 @@ def test_a_viewer_that_missed_frames_gets_its_next_one_in_full():
 def test_the_seat_stream_gets_every_frame_and_a_stale_token_does_not():
     async def scenario():
         crowd = Crowd(200, tokens=("seat-token", "old-token"))
-        crowd.fanout.seat_token = "seat-token"
+        crowd.fanout.seat_tokens = lambda: ("seat-token",)
         crowd.play(20)
         seat, old = crowd.seats
         assert crowd.written(seat) == [f"delta {n}".encode() for n in range(1, 21)]
