@@ -26,7 +26,8 @@ socket write: nothing is computed per viewer, and nothing a viewer does changes 
   (playground/access/seat_pass.py) gets every frame.
 - GET /board/stream/stats: the fan-out's counters (viewers, writer and watcher tasks alive,
   frames buffered in all and in the fullest queue, drops, streams refused, one viewer's update
-  interval now), so a test can see that nothing is left behind.
+  interval now, the streams served at the seat's full rate), so a test can see that nothing
+  is left behind.
 """
 
 import asyncio
@@ -172,6 +173,7 @@ class FanOut:
             "num_dropped": self.num_dropped,
             "num_refused": self.num_refused,
             "update_interval_s": round(self.budget.interval_s(), 3),  # one viewer's, now
+            "num_seat_viewers": sum(len(self.by_token.get(t, ())) for t in self.seat_tokens()),
         }
 
 

@@ -113,6 +113,7 @@ def test_the_seat_stream_gets_every_frame_and_a_stale_token_does_not():
         seat, old = crowd.seats
         assert crowd.written(seat) == [f"delta {n}".encode() for n in range(1, 21)]
         assert len(crowd.written(old)) < 20  # a token not the holder's is one of the crowd
+        assert crowd.fanout.stats()["num_seat_viewers"] == 1
 
     run(scenario)
 
