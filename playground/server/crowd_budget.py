@@ -11,7 +11,8 @@ board_stream.py), since the deltas it missed are gone. The seat's stream is not 
 
 from itertools import islice
 
-# 300 viewers at the feed's usual ~3.3 frames/s fit; past that the cadence stretches
+# a class of a few hundred viewers at the feed's usual frame rate fits; past that each
+# viewer's cadence stretches
 VIEWER_UPDATES_PER_S = 1000.0
 
 

@@ -12,8 +12,8 @@ from playground.board.frames import Frame
 from playground.server.board_stream import FanOut
 from playground.server.crowd_budget import VIEWER_UPDATES_PER_S, CrowdBudget
 
-FRAME_S = 0.3  # the feed's usual gap between frames (~3.3 frames/s)
-BUDGET = 100.0  # updates/s: 30 viewers fit, as 300 do the real budget
+FRAME_S = 0.3  # the feed's usual gap between frames
+BUDGET = 100.0  # updates/s: a tenth of the real budget, so a tenth of its crowd fits
 
 
 def frame(number: int) -> Frame:
