@@ -147,6 +147,7 @@ def create_app(
     from fastapi import FastAPI
 
     from playground.access.public import is_public
+    from playground.access.seat_pass import SeatPass
     from playground.server.api import refuse_other_methods, register_api
     from playground.server.board_stream import register_board_stream
     from playground.server.frontend import add_frontend
@@ -182,8 +183,10 @@ def create_app(
     else:  # the API's /health comes with its routes
         add_health_routes(app, lambda: driver)
     # every viewer's live board; a public server caps the streams of one client address
-    register_board_stream(app, driver.state, driver.stuck_for, is_public(frontend.public))
-    demo = build_ui(driver, seat)
+    seat_pass = SeatPass()  # the seat holder's full-rate stream: its tick's token
+    register_board_stream(app, driver.state, driver.stuck_for, is_public(frontend.public),
+                          seat_tokens=seat_pass.tokens)  # fmt: skip
+    demo = build_ui(driver, seat, seat_pass)
     theme = gr.themes.Soft(primary_hue="indigo", neutral_hue="slate")
     css = load_asset("style.css")
     return gr.mount_gradio_app(app, demo, path="/", css=css, theme=theme, footer_links=[])

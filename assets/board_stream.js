@@ -93,13 +93,25 @@
   };
   // {chart: figure} objects merged as text: with a key twice, JSON.parse keeps the last one.
   const merge = (a, b) => (a === null ? b : `${a.slice(0, -1)},${b.slice(1)}`);
-  const source = (st.source = new EventSource("board/stream"));
-  source.addEventListener("board", (e) => {
-    st.text = e.data;
-    schedule();
-  });
-  source.addEventListener("charts", (e) => {
-    st.charts = merge(st.charts, e.data);
-    schedule();
-  });
+  // The stream, with the seat's token ("" none) when this session holds the seat: the server
+  // sends a seat's stream every frame, a crowd's ones at the crowd's rate. A new token opens
+  // a new stream at once (it starts with every chart).
+  const connect = (token) => {
+    if (st.source) st.source.close();
+    st.pass = token;
+    const query = token ? `?seat=${encodeURIComponent(token)}` : "";
+    const source = (st.source = new EventSource(`board/stream${query}`));
+    source.addEventListener("board", (e) => {
+      st.text = e.data;
+      schedule();
+    });
+    source.addEventListener("charts", (e) => {
+      st.charts = merge(st.charts, e.data);
+      schedule();
+    });
+  };
+  st.setPass = (token) => {
+    if ((token || "") !== st.pass) connect(token || "");
+  };
+  connect(window.pgPass || "");
 }

@@ -136,17 +136,20 @@ class Crowd:
                 self._show_seat(st, *answer)
                 if not st["role"].startswith("driver"):
                     raise RuntimeError(f"the seat was not taken: {st['role']}")
+            await self._tick(viewer, session, st)  # the holder's tick: its stream's pass
         if self.mode == "stream":
-            self.tasks.append(asyncio.create_task(self._stream(viewer)))
+            self.tasks.append(asyncio.create_task(self._stream(viewer, st)))
         self.tasks.append(asyncio.create_task(self._ticks(viewer, session, st)))
 
-    async def _stream(self, viewer: Viewer) -> None:
-        """Reads the stream; reconnects when the server ends it (its lifetime, a drop)."""
+    async def _stream(self, viewer: Viewer, st: dict) -> None:
+        """Reads the stream; reconnects when the server ends it (its lifetime, a drop), with
+        the seat's pass its last tick brought (the seat's holder: every frame)."""
         last = -1  # the last frame counted (a reconnect starts with the latest one again)
         while not self.stop_event.is_set():
             reader, writer = await asyncio.open_connection(self.host, self.port)
-            writer.write(b"GET /board/stream HTTP/1.1\r\nHost: bench\r\n"
-                         b"Accept: text/event-stream\r\nConnection: close\r\n\r\n")  # fmt: skip
+            query = f"?seat={st['pass']}" if st.get("pass") else ""
+            writer.write(f"GET /board/stream{query} HTTP/1.1\r\nHost: bench\r\n".encode()
+                         + b"Accept: text/event-stream\r\nConnection: close\r\n\r\n")  # fmt: skip
             tail = b""
             try:
                 while chunk := await reader.read(1 << 18):
@@ -206,8 +209,10 @@ class Crowd:
 
     @staticmethod
     def _stream_answer(st: dict, answer: list) -> None:
-        """[version, timer, board, inspector, own charts, slider, seat, role]"""
-        version, interval, _, _, _, slider, *_ = answer
+        """[version, timer, board, inspector, own charts, stream pass, slider, seat, role]"""
+        version, interval, _, _, _, stream_pass, slider, *_ = answer
+        if isinstance(stream_pass, str):
+            st["pass"] = stream_pass
         if isinstance(version, int | float):
             st["seen"] = version
         if isinstance(interval, int | float):

@@ -20,22 +20,30 @@ socket write: nothing is computed per viewer, and nothing a viewer does changes 
 - A public server (a Space, --public) takes at most PUBLIC_STREAMS_PER_HOST streams from one
   client address (429 past it), so one client cannot grow everyone's fan-out; a class behind
   one school address still fits. Locally there is no cap, as the API's per-client limits.
+- The crowd's writes are rationed (playground/server/crowd_budget.py): past
+  VIEWER_UPDATES_PER_S in all, each viewer gets a frame every len(viewers) / budget seconds,
+  in full when it missed some. A stream whose `seat` query is a seat holder's token
+  (playground/access/seat_pass.py) gets every frame.
 - GET /board/stream/stats: the fan-out's counters (viewers, writer and watcher tasks alive,
-  frames buffered in all and in the fullest queue, drops, streams refused), so a test can see
-  that nothing is left behind.
+  frames buffered in all and in the fullest queue, drops, streams refused, one viewer's update
+  interval now, the streams served at the seat's full rate), so a test can see that nothing
+  is left behind.
 """
 
 import asyncio
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from urllib.parse import parse_qs
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
 from playground.board.frames import Frame, FrameBuilder, board_alert
 from playground.board.state import BoardState
+from playground.server.crowd_budget import CrowdBudget
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +55,7 @@ STREAM_LIFETIME_S = 20.0
 RETRY_MS = 500  # EventSource's wait before it reconnects
 PUBLIC_STREAMS_PER_HOST = 300  # a public server's cap per client address: a whole class
 REFUSED_RETRY_S = 30  # the Retry-After of a stream refused past the cap
+MAX_TOKEN_CHARS = 64  # a seat token is shorter; a longer query is cut, not stored
 HEARTBEAT = b": still\n\n"
 HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -62,6 +71,8 @@ class Viewer:
     queue: asyncio.Queue
     task: asyncio.Task | None
     host: str = ""  # the client's address
+    token: str = ""  # the seat token its page sent ("" none)
+    sent: int = 0  # the fan-out's num_frames at its last frame: it missed none if one behind
     closed: bool = False
 
 
@@ -78,6 +89,10 @@ class FanOut:
     num_frames: int = 0
     num_dropped: int = 0
     num_refused: int = 0  # streams refused past max_per_host
+    budget: CrowdBudget = field(default_factory=CrowdBudget)
+    clock: Callable[[], float] = time.monotonic
+    seat_tokens: Callable[[], tuple[str, ...]] = tuple  # the full-rate streams' (SeatPass)
+    by_token: dict[str, set[Viewer]] = field(default_factory=dict)  # viewers with a token
 
     def __post_init__(self):
         if self.max_buffered < 1:
@@ -88,31 +103,45 @@ class FanOut:
     def can_subscribe(self, host: str) -> bool:
         return self.max_per_host is None or self.per_host[host] < self.max_per_host
 
-    def subscribe(self, host: str = "") -> Viewer:
-        """A new viewer from client address `host`, written by the current task; the latest
-        frame (in full) comes first."""
-        viewer = Viewer(asyncio.Queue(self.max_buffered), asyncio.current_task(), host)
+    def subscribe(self, host: str = "", token: str = "") -> Viewer:
+        """A new viewer from client address `host` (its page's seat `token`), written by the
+        current task; the latest frame (in full) comes first."""
+        viewer = Viewer(asyncio.Queue(self.max_buffered), asyncio.current_task(), host, token)
+        viewer.sent = self.num_frames
         if self.latest is not None:
             viewer.queue.put_nowait(self.latest.full)
         self.viewers.add(viewer)
         self.per_host[host] += 1
+        self.budget.add(viewer)
+        if token:
+            self.by_token.setdefault(token, set()).add(viewer)
         return viewer
 
     def publish(self, frame: Frame) -> None:
+        """The frame to the viewers the budget says are due and to the seat's streams: its
+        delta to one that got the frame before, else in full."""
         self.latest = frame
         self.num_frames += 1
-        self._offer(frame.delta)
+        targets = dict.fromkeys(self.budget.due(self.clock()))
+        for token in self.seat_tokens() if self.by_token else ():
+            targets.update(dict.fromkeys(self.by_token.get(token, ())))
+        for viewer in targets:
+            missed = viewer.sent != self.num_frames - 1
+            viewer.sent = self.num_frames
+            self._put(viewer, frame.full if missed else frame.delta)
 
     def heartbeat(self) -> None:
-        self._offer(HEARTBEAT)
-
-    def _offer(self, data: bytes) -> None:
         for viewer in list(self.viewers):
-            try:
-                viewer.queue.put_nowait(data)
-            except asyncio.QueueFull:  # it reads slower than frames come: not waited for
-                self.num_dropped += 1
-                self.close(viewer)
+            self._put(viewer, HEARTBEAT)
+
+    def _put(self, viewer: Viewer, data: bytes) -> None:
+        if viewer.closed:
+            return
+        try:
+            viewer.queue.put_nowait(data)
+        except asyncio.QueueFull:  # it reads slower than frames come: not waited for
+            self.num_dropped += 1
+            self.close(viewer)
 
     def close(self, viewer: Viewer) -> None:
         """The viewer is gone (or dropped): its queue is emptied, its writer stopped."""
@@ -120,6 +149,11 @@ class FanOut:
             return
         viewer.closed = True
         self.viewers.discard(viewer)
+        self.budget.remove(viewer)
+        if viewer.token:
+            self.by_token[viewer.token].discard(viewer)
+            if not self.by_token[viewer.token]:
+                del self.by_token[viewer.token]
         self.per_host[viewer.host] -= 1
         if not self.per_host[viewer.host]:
             del self.per_host[viewer.host]
@@ -138,6 +172,8 @@ class FanOut:
             "num_frames": self.num_frames,
             "num_dropped": self.num_dropped,
             "num_refused": self.num_refused,
+            "update_interval_s": round(self.budget.interval_s(), 3),  # one viewer's, now
+            "num_seat_viewers": sum(len(self.by_token.get(t, ())) for t in self.seat_tokens()),
         }
 
 
@@ -181,6 +217,12 @@ class BoardFeed:
         return board_alert(state, self.stuck_for()) != last.alert
 
 
+def seat_token(scope) -> str:
+    """The stream's `seat` query: the token the seat holder's page was given ("" none)."""
+    values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("seat", [""])
+    return values[0][:MAX_TOKEN_CHARS]
+
+
 class BoardStreamRoute:
     """The ASGI app of GET /board/stream: one viewer per request."""
 
@@ -194,7 +236,7 @@ class BoardStreamRoute:
             await self._refuse(send)
             return
         self.feed.start()
-        viewer = self.fanout.subscribe(host)
+        viewer = self.fanout.subscribe(host, seat_token(scope))
         watcher = asyncio.get_running_loop().create_task(self._watch(receive, viewer))
         self.fanout.num_tasks += 1
         try:
@@ -246,11 +288,14 @@ def register_board_stream(
     state: Callable[[], BoardState],
     stuck_for: Callable[[], float | None],
     public: bool = False,
+    seat_tokens: Callable[[], tuple[str, ...]] = tuple,
 ) -> FanOut:
     """GET /board/stream and /board/stream/stats on `app` (before Gradio's mount at "/");
     `state`, `stuck_for`: the driver's (EngineDriver.state, .stuck_for); `public`: a public
-    server's (PUBLIC_STREAMS_PER_HOST per client address). Returns the fan-out."""
-    fanout = FanOut(max_per_host=PUBLIC_STREAMS_PER_HOST if public else None)
+    server's (PUBLIC_STREAMS_PER_HOST per client address); `seat_tokens`: the full-rate
+    streams' tokens (SeatPass.tokens). Returns the fan-out."""
+    fanout = FanOut(max_per_host=PUBLIC_STREAMS_PER_HOST if public else None,
+                    seat_tokens=seat_tokens)  # fmt: skip
     feed = BoardFeed(state, stuck_for, fanout)
     app.add_route(STREAM_PATH, BoardStreamRoute(feed), methods=["GET"])
 

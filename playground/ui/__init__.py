@@ -15,12 +15,13 @@ import gradio as gr
 
 from playground.access.audience import TICK_S
 from playground.access.seat import Seat
+from playground.access.seat_pass import SeatPass
 from playground.driver import EngineDriver
 from playground.remote.views import INTRO as REMOTE_INTRO
 from playground.remote.views import is_remote
 from playground.ui.callbacks import BoardCallbacks, TickOutputs
 from playground.ui.controls import Controls, build_controls, scenario_knobs
-from playground.ui.live import my_cards, own_charts_js, stream_js
+from playground.ui.live import my_cards, own_charts_js, stream_js, stream_pass_js
 from playground.ui.rewind import RewindBar, TracePanel, build_rewind, build_traces
 from playground.ui.sections import (
     INTRO,
@@ -49,9 +50,11 @@ QUEUE_POLL_S = 0.02  # how often Gradio's queue looks for a new event (its own d
 PROGRESS_POLL_S = 0.1  # ... and for progress to send (10 ms); the board sends none
 
 
-def build_ui(driver: EngineDriver, seat: Seat | None = None) -> gr.Blocks:
-    """The board; `seat` says who may drive it (default: anyone, ControlMode.OPEN)."""
-    callbacks = BoardCallbacks(driver, seat)
+def build_ui(driver: EngineDriver, seat: Seat | None = None,
+             seat_pass: SeatPass | None = None) -> gr.Blocks:  # fmt: skip
+    """The board; `seat` says who may drive it (default: anyone, ControlMode.OPEN);
+    `seat_pass`: the tokens of the holders' full-rate board streams (the fan-out's)."""
+    callbacks = BoardCallbacks(driver, seat, seat_pass)
     first, _ = callbacks.cache.get(driver.state())
     with gr.Blocks(title="Continuous batching playground") as demo:
         refresh = build_refresh(TICK_S)
@@ -88,7 +91,7 @@ def _wire_refresh(demo, cb: BoardCallbacks, refresh: Refresh, board, tabs: Tabs,
                   rewind: RewindBar):  # fmt: skip
     r = refresh
     outputs = list(TickOutputs(r.version, r.timer, board, tabs.inspector, r.own_figures,
-                               rewind.slider, c.seat, c.role))  # fmt: skip
+                               r.stream_pass, rewind.slider, c.seat, c.role))  # fmt: skip
     hidden = dict(show_progress="hidden", queue=False, **PRIVATE)
     inputs = [r.version, tabs.inspect_rid, r.timer, c.role, c.seat, rewind.at, rewind.slider]
     r.timer.tick(cb.tick, inputs, outputs, **hidden)
@@ -97,6 +100,7 @@ def _wire_refresh(demo, cb: BoardCallbacks, refresh: Refresh, board, tabs: Tabs,
     c.role.change(cb.show_role, c.role, [c.pause, *c.drive, c.seat_button], **hidden)
     r.figures.change(None, r.figures, None, js=load_asset("charts.js"), **hidden)  # rewound
     r.own_figures.change(None, r.own_figures, None, js=own_charts_js(), **hidden)
+    r.stream_pass.change(None, r.stream_pass, None, js=stream_pass_js(), **hidden)
     demo.unload(cb.leave)
 
 

@@ -25,6 +25,7 @@ from playground.access.audience import Audience
 from playground.access.rate_limit import RateLimited
 from playground.access.seat import PRESENTER_PARAM, ControlMode, Role, Seat, SeatView
 from playground.access.seat_banner import refusal, render_seat, seat_button
+from playground.access.seat_pass import SeatPass
 from playground.board import cards
 from playground.board.inspector import render_inspector
 from playground.board.views import FigureCache
@@ -48,6 +49,7 @@ class TickOutputs(NamedTuple):
     board: object  # the visitor's own card (everybody else's come over the stream)
     inspector: object
     own_charts: object  # the inspected request's block table
+    stream_pass: object  # the seat's token for the page's board stream ("" none: SeatPass)
     slider: object  # the rewind slider over the steps kept
     seat: object  # the seat banner
     role: object  # "<Role>:paused|running" of this session, when it changed
@@ -69,9 +71,11 @@ def warn(message: str) -> str:
 
 
 class BoardCallbacks:
-    def __init__(self, driver: EngineDriver, seat: Seat | None = None):
+    def __init__(self, driver: EngineDriver, seat: Seat | None = None,
+                 seat_pass: SeatPass | None = None):  # fmt: skip
         self.driver = driver
         self.seat = seat or Seat(on_handover=driver.resume)
+        self.seat_pass = seat_pass or SeatPass()  # the holder's full-rate board stream
         self.cache = FigureCache()
         self.replays = RewindCallbacks(driver, self.cache)  # the rewind bar and the run's files
         self.audience = Audience()
@@ -127,6 +131,7 @@ class BoardCallbacks:
         me = cards.visitor_owner(session)
         holds = view.role is Role.DRIVER and self.seat.mode is not ControlMode.OPEN
         full = wants_full_rate(state, me, rid, rewound, view.role, holds)
+        stream_pass = self._stream_pass(session, holds)
         interval = self.audience.interval(session, now, full)
         skip = gr.skip()
         board, inspector, figures = skip, skip, skip
@@ -144,9 +149,17 @@ class BoardCallbacks:
             board,
             inspector,
             figures,
+            stream_pass,
             slider_update(window) if live_end else skip,
             *self._seat_outputs(view.role, shown, (banner, role)),
         )
+
+    def _stream_pass(self, session: str, holds: bool) -> str:
+        """The token that gets the holder's board stream every frame; "" for anyone else."""
+        if holds:
+            return self.seat_pass.issue(session)
+        self.seat_pass.revoke(session)
+        return ""
 
     @staticmethod
     def _seat_outputs(role: Role, now: tuple[str, str], shown: tuple[str, str]) -> list:
@@ -329,6 +342,7 @@ class BoardCallbacks:
     def leave(self, request: gr.Request):
         """The page closed: its requests are cancelled, its seat passes on."""
         self.seat.leave(request.session_hash, time.monotonic())
+        self.seat_pass.revoke(request.session_hash)
         self.driver.abort_owner(cards.visitor_owner(request.session_hash))
 
     # -- the inspector ---------------------------------------------------------------------------

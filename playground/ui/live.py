@@ -76,6 +76,12 @@ def stream_js() -> str:
     return f"() => ({load_asset('board_stream.js')})({load_asset('charts.js')})"
 
 
+def stream_pass_js() -> str:
+    """The seat's token changed: the stream reconnects with it (board_stream.js's setPass),
+    or is opened with it when the page's stream has not started yet."""
+    return "(token) => window.pgStream ? window.pgStream.setPass(token) : (window.pgPass = token)"
+
+
 def own_charts_js() -> str:
     """The session's own charts: drawn in place of the stream's, which come back without them
     (board_stream.js's setOwn; charts.js alone before the stream has started)."""

@@ -41,6 +41,7 @@ class Refresh:
     version: gr.Number  # the board version this session's own things were drawn from
     figures: gr.Textbox  # {chart: figure} JSON for assets/charts.js: a rewound board's charts
     own_figures: gr.Textbox  # ... the inspected request's block table, kept out of the stream
+    stream_pass: gr.Textbox  # the seat holder's token for its board stream ("" none)
     timer: gr.Timer
 
 
@@ -81,5 +82,6 @@ def build_refresh(tick_s: float) -> Refresh:
         version=gr.Number(-1, visible=False),
         figures=gr.Textbox(visible=False),
         own_figures=gr.Textbox(visible=False),
+        stream_pass=gr.Textbox("", visible=False),
         timer=gr.Timer(tick_s),
     )

@@ -201,6 +201,8 @@ def test_a_crowd_watches_the_seat_keeps_its_rate_and_the_viewers_that_go_leave_n
     url, driver = board
     a, b = _open(browser, url), _open(browser, url)
     _click_answers(a, "#pg-pause", "Resume")  # a takes the seat and pauses
+    # its tick's token reopens its stream at the full rate, outside the crowd's budget
+    wait_for(lambda: _stats(url)["num_seat_viewers"] == 1, timeout=10)
     ticks = _count_ticks(a, url)
     killed, kept = crowds(url, (KILLED, KEPT), 300)
     started = time.monotonic()  # the killed viewers' streams began about now

@@ -2,6 +2,7 @@
 frame, and nothing left behind by viewers that go (playground/server/board_stream.py)."""
 
 import asyncio
+from itertools import count
 
 import pytest
 
@@ -9,16 +10,25 @@ import app
 from engine.cpu.openmp import off_thread
 from playground.board.frames import Frame
 from playground.server.board_stream import (
+    FRAME_INTERVAL_S,
+    MAX_TOKEN_CHARS,
     PUBLIC_STREAMS_PER_HOST,
     STREAM_PATH,
     BoardFeed,
     BoardStreamRoute,
     FanOut,
+    seat_token,
 )
 
 
 def frame(version: int) -> Frame:
     return Frame(version, version, "", f"delta {version}\n".encode(), f"full {version}\n".encode())
+
+
+def fan_out(**kwargs) -> FanOut:
+    """A fan-out whose clock moves a feed's interval each frame (well inside the budget)."""
+    ticks = count(step=FRAME_INTERVAL_S)
+    return FanOut(clock=lambda: next(ticks), **kwargs)
 
 
 def run(coro):
@@ -72,7 +82,7 @@ async def settle():
 
 def test_a_viewer_that_does_not_read_is_dropped_once_its_queue_is_full():
     async def scenario():
-        fanout = FanOut(max_buffered=3)
+        fanout = fan_out(max_buffered=3)
         slow = fanout.subscribe()
         for v in range(3):
             fanout.publish(frame(v))
@@ -86,7 +96,7 @@ def test_a_viewer_that_does_not_read_is_dropped_once_its_queue_is_full():
 
 def test_a_viewer_that_reconnects_starts_at_the_latest_frame_in_full():
     async def scenario():
-        fanout = FanOut()
+        fanout = fan_out()
         first = fanout.subscribe()
         assert first.queue.empty()  # nothing published yet
         for v in range(5):
@@ -102,7 +112,7 @@ def test_a_viewer_that_reconnects_starts_at_the_latest_frame_in_full():
 
 def test_the_route_sends_the_frames_and_ends_a_stream_at_its_lifetime():
     async def scenario():
-        fanout = FanOut()
+        fanout = fan_out()
         fanout.publish(frame(0))
         stream = route(fanout, lifetime_s=0.2)
         client = Client()
@@ -122,7 +132,7 @@ def test_the_route_sends_the_frames_and_ends_a_stream_at_its_lifetime():
 @pytest.mark.parametrize("stalled", [False, True], ids=["disconnected", "stalled"])
 def test_viewers_that_go_or_stall_leave_no_task_and_no_buffer(stalled):
     async def scenario():
-        fanout = FanOut(max_buffered=2)
+        fanout = fan_out(max_buffered=2)
         stream = route(fanout)
         clients = [Client(stalled=stalled and i % 2 == 0) for i in range(10)]
         tasks = [await serve(stream, c) for c in clients]
@@ -150,7 +160,7 @@ def test_viewers_that_go_or_stall_leave_no_task_and_no_buffer(stalled):
 
 def test_a_full_queue_of_one_viewer_costs_the_others_nothing():
     async def scenario():
-        fanout = FanOut(max_buffered=2)
+        fanout = fan_out(max_buffered=2)
         stream = route(fanout)
         stalled, fine = Client(stalled=True), Client()
         tasks = [await serve(stream, stalled), await serve(stream, fine)]
@@ -174,7 +184,7 @@ def test_a_fan_out_needs_room_for_a_frame():
 
 def test_one_client_address_holds_at_most_its_cap_of_streams():
     async def scenario():
-        fanout = FanOut(max_per_host=2)
+        fanout = fan_out(max_per_host=2)
         stream = route(fanout)
         mine = [Client(host="10.0.0.7") for _ in range(3)]
         tasks = [await serve(stream, c) for c in mine]
@@ -211,7 +221,7 @@ def test_the_feed_builds_a_frame_per_new_version_or_banner_and_only_while_anyone
     version; the feed's task ends with the last viewer."""
 
     async def scenario():
-        fanout, stuck = FanOut(), [None]
+        fanout, stuck = fan_out(), [None]
         feed = BoardFeed(driver.state, lambda: stuck[0], fanout, interval_s=0.01)
         viewer = fanout.subscribe()
         feed.start()
@@ -225,3 +235,9 @@ def test_the_feed_builds_a_frame_per_new_version_or_banner_and_only_while_anyone
         await asyncio.wait_for(feed._task, 1)
 
     run(scenario())
+
+
+def test_a_stream_names_its_seat_token_in_its_query():
+    assert seat_token({"query_string": b"seat=abc"}) == "abc"
+    assert seat_token({"query_string": b""}) == seat_token({}) == ""
+    assert len(seat_token({"query_string": b"seat=" + b"x" * 1000})) == MAX_TOKEN_CHARS

@@ -8,6 +8,7 @@ import pytest
 
 from playground.access.audience import MAX_INTERVAL_S, TICKS_PER_S, WATCHER_TICK_S
 from playground.access.seat import Seat, SeatPolicy
+from playground.access.seat_pass import SeatPass
 from playground.board import cards
 from playground.ui import TICK_S, build_ui
 from playground.ui.callbacks import BoardCallbacks
@@ -85,7 +86,7 @@ def test_a_watchers_tick_brings_only_its_own_things_and_the_slider_while_live(dr
     window = driver.history.steps()
     out = tick(-1, None, TICK_S, "", "", None, 0, me)
     assert set(out._fields) == {"version", "timer", "board", "inspector", "own_charts",
-                                "slider", "seat", "role"}  # fmt: skip
+                                "stream_pass", "slider", "seat", "role"}  # fmt: skip
     assert out.board == gr.skip() and out.inspector == gr.skip() and out.own_charts == gr.skip()
     assert out.slider.maximum >= window[1] and out.slider.value == out.slider.maximum
     assert tick(-1, None, TICK_S, "", "", None, driver.history.steps()[1], me).slider == gr.skip()
@@ -165,3 +166,19 @@ def test_the_inspector_draws_the_drivers_answer_and_the_tick_keeps_an_unpicked_o
     settled(driver, lambda s: handle.request_id in s.details)  # the watch reaches the board
     picked = tick(-1, handle.request_id, TICK_S, "", "", None, 0, me)
     assert 'class="pg-inspector"' in picked.inspector and picked.own_charts.startswith("{")
+
+
+def test_only_the_seat_holders_tick_carries_a_stream_pass_and_it_lapses_when_it_leaves(driver):
+    """The holder's page opens its board stream with the token (every frame, not the
+    crowd's rate); a watcher gets none, and a holder that gives the seat up loses its token."""
+    seat_pass = SeatPass()
+    demo = build_ui(driver, Seat("seat", on_handover=driver.resume), seat_pass)
+    tick, toggle = _callback(demo, "tick"), _callback(demo, "toggle_seat")
+    holder, other = visitor(demo, "h"), visitor(demo, "o")
+    toggle("free:running", "", holder)
+    token = tick(-1, None, TICK_S, "", "", None, 0, holder).stream_pass
+    assert token and seat_pass.tokens() == (token,)
+    assert tick(-1, None, TICK_S, "", "", None, 0, other).stream_pass == ""
+    toggle("driver:running", "", holder)  # gives the seat up
+    assert tick(-1, None, TICK_S, "", "", None, 0, holder).stream_pass == ""
+    assert seat_pass.tokens() == ()
