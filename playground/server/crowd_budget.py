@@ -11,9 +11,9 @@ board_stream.py), since the deltas it missed are gone. The seat's stream is not 
 
 from itertools import islice
 
-# a class of a few hundred viewers at the feed's usual frame rate fits; past that each
+# a class of about a hundred viewers at the feed's usual frame rate fits; past that each
 # viewer's cadence stretches
-VIEWER_UPDATES_PER_S = 1000.0
+VIEWER_UPDATES_PER_S = 500.0
 
 
 class CrowdBudget:
