@@ -10,8 +10,9 @@ socket write: nothing is computed per viewer, and nothing a viewer does changes 
 - A viewer that (re)connects gets the latest frame in full first (every chart), then deltas.
 - A viewer whose queue is full (a slow or stalled reader) is dropped: its queue is emptied and
   its connection closed; its browser reconnects (EventSource) and resumes at the latest frame.
-- A stream ends by itself after STREAM_LIFETIME_S (the browser reconnects at once), so a
-  server shutting down never waits longer than that for its viewers.
+- A stream lasts as long as its viewer stays (no periodic reconnect: each one would cost the
+  server a request and a full frame, and a crowd that joined together would come back
+  together); a server shutting down closes them (app.py's graceful-shutdown timeout).
 - What a reader that stops reading holds below its queue (the socket's buffers) is bounded by
   the server's listening socket (playground/server/frontend.py's bound_connections): the
   writes to it block within a few frames, so its queue fills and it is dropped; its
@@ -50,8 +51,7 @@ log = logging.getLogger(__name__)
 STREAM_PATH = "/board/stream"
 FRAME_INTERVAL_S = 0.25  # the feed looks for a new BoardState 4 times a second
 MAX_BUFFERED_FRAMES = 8  # frames a viewer may lag behind before it is dropped (2 s)
-HEARTBEAT_S = 5.0  # a comment line while the board is still, so the writers look at the time
-STREAM_LIFETIME_S = 20.0
+HEARTBEAT_S = 5.0  # a comment line while the board is still: a gone reader's write fails
 RETRY_MS = 500  # EventSource's wait before it reconnects
 PUBLIC_STREAMS_PER_HOST = 300  # a public server's cap per client address: a whole class
 REFUSED_RETRY_S = 30  # the Retry-After of a stream refused past the cap
@@ -226,8 +226,8 @@ def seat_token(scope) -> str:
 class BoardStreamRoute:
     """The ASGI app of GET /board/stream: one viewer per request."""
 
-    def __init__(self, feed: BoardFeed, lifetime_s: float = STREAM_LIFETIME_S):
-        self.feed, self.fanout, self.lifetime_s = feed, feed.fanout, lifetime_s
+    def __init__(self, feed: BoardFeed):
+        self.feed, self.fanout = feed, feed.fanout
 
     async def __call__(self, scope, receive, send) -> None:
         host = (scope.get("client") or ("",))[0]
@@ -241,8 +241,7 @@ class BoardStreamRoute:
         self.fanout.num_tasks += 1
         try:
             await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
-            if await self._write(viewer, send):
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await self._write(viewer, send)
         except asyncio.CancelledError:
             if not viewer.closed:  # not ours (the server is stopping)
                 raise
@@ -261,16 +260,13 @@ class BoardStreamRoute:
         await send({"type": "http.response.start", "status": 429, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
-    async def _write(self, viewer: Viewer, send) -> bool:
-        """Sends the viewer's frames until its lifetime is over (True) or it closed (False)."""
-        loop = asyncio.get_running_loop()
-        end = loop.time() + self.lifetime_s
+    async def _write(self, viewer: Viewer, send) -> None:
+        """Sends the viewer's frames until it is closed (gone or dropped)."""
         await send({"type": "http.response.body", "body": f"retry: {RETRY_MS}\n\n".encode(),
                     "more_body": True})  # fmt: skip
-        while not viewer.closed and loop.time() < end:
+        while not viewer.closed:
             data = await viewer.queue.get()
             await send({"type": "http.response.body", "body": data, "more_body": True})
-        return not viewer.closed
 
     async def _watch(self, receive, viewer: Viewer) -> None:
         """Closes the viewer when its client disconnects (a write to it would not say so)."""

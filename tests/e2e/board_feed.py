@@ -53,7 +53,7 @@ class BoardFeed:
         return max(self.lines(key, run), default=0)
 
     def _read(self) -> None:
-        """Reads stream after stream (each ends after its lifetime) until stopped."""
+        """Reads the stream until stopped (again, if the server drops it)."""
         try:
             while not self._stop.is_set():
                 try:

@@ -11,6 +11,7 @@ from engine.cpu.openmp import off_thread
 from playground.board.frames import Frame
 from playground.server.board_stream import (
     FRAME_INTERVAL_S,
+    HEARTBEAT,
     MAX_TOKEN_CHARS,
     PUBLIC_STREAMS_PER_HOST,
     STREAM_PATH,
@@ -63,9 +64,8 @@ class Client:
         self.completed = not message["more_body"]
 
 
-def route(fanout: FanOut, lifetime_s: float = 60.0) -> BoardStreamRoute:
-    return BoardStreamRoute(BoardFeed(lambda: None, lambda: None, fanout, interval_s=0.01),
-                            lifetime_s)  # fmt: skip
+def route(fanout: FanOut) -> BoardStreamRoute:
+    return BoardStreamRoute(BoardFeed(lambda: None, lambda: None, fanout, interval_s=0.01))
 
 
 async def serve(stream: BoardStreamRoute, client: Client) -> asyncio.Task:
@@ -110,19 +110,26 @@ def test_a_viewer_that_reconnects_starts_at_the_latest_frame_in_full():
     run(scenario())
 
 
-def test_the_route_sends_the_frames_and_ends_a_stream_at_its_lifetime():
+def test_the_route_sends_the_frames_until_its_viewer_goes():
+    """No lifetime: a stream still open long after its first frames gets the next one (a crowd
+    that joined together does not come back together), and ends when its client goes."""
+
     async def scenario():
         fanout = fan_out()
         fanout.publish(frame(0))
-        stream = route(fanout, lifetime_s=0.2)
+        stream = route(fanout)
         client = Client()
         task = await serve(stream, client)
         fanout.publish(frame(1))
-        await asyncio.sleep(0.25)
-        fanout.heartbeat()  # a still board: the writer looks at the time
-        await asyncio.wait_for(task, 2)
-        assert client.sent[1:3] == [b"full 0\n", b"delta 1\n"] and client.completed
+        await asyncio.sleep(0.3)
+        fanout.heartbeat()
+        fanout.publish(frame(2))
+        await settle()
+        assert not task.done()
         assert client.sent[0].startswith(b"retry: ")
+        assert client.sent[1:] == [b"full 0\n", b"delta 1\n", HEARTBEAT, b"delta 2\n"]
+        client.gone.set()
+        await asyncio.wait_for(task, 2)
         await settle()
         assert fanout.stats() == {**fanout.stats(), "num_viewers": 0, "num_tasks": 0}
 
