@@ -6,9 +6,11 @@ request, the seat banner, the rewind slider's range), and each tick is an event 
 Gradio's queue, paid per session (nothing follows it). So the
 sessions together tick about `ticks_per_s` times a second: a watcher ticks every
 `watcher_tick_s` while the audience is small, less often as it grows, never rarer than
-`max_interval_s` (the seat counts a session that stops ticking for its gone_s as gone: the
-board refuses a max_interval_s that is not under it). A session with something live of its own
-(the seat's holder or queue, a running request, an inspected one, a rewind) keeps `tick_s`.
+`max_interval_s` (how stale a watcher's seat banner and rewind range may get; ticks_per_s holds
+up to ticks_per_s x max_interval_s watchers). A session with something live of its own (the
+seat's holder or queue, a running request, an inspected one, a rewind) keeps `tick_s`; the
+page ticks right after each of the session's own actions (playground/ui/__init__.py), so one
+that becomes such a session gets `tick_s` at once, well inside the seat's gone_s.
 """
 
 import threading
@@ -19,7 +21,7 @@ from playground.access.seat import require_positive
 TICK_S = 0.25  # the full rate: the page's timer, 4 times a second
 WATCHER_TICK_S = 1.0  # a watcher's tick while the audience is small
 TICKS_PER_S = 8.0  # all watchers' ticks together: one Gradio event each, nothing chained
-MAX_INTERVAL_S = 20.0  # inside the seat's gone_s (SeatPolicy), which the queue's places need
+MAX_INTERVAL_S = 120.0  # a watcher's banner and rewind range are this stale at most
 
 
 @dataclass(frozen=True, slots=True)

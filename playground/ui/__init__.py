@@ -5,11 +5,15 @@ parts the timer moves), then the wiring, at the bottom. The callbacks are in cal
 the sections in controls.py and sections.py. The live board comes over one stream per page,
 built once for every viewer (live.py, playground/server/board_stream.py); one gr.Timer per
 session brings this session's own things, never waits for the driver and sets off nothing
-else.
+else. A session's own action (a control, the seat button, a prompt, inspecting, rewinding) is
+followed by a tick at once, so the timer's rate follows what the action made of the session
+(a watcher's timer may be minutes apart in a crowd: playground/access/audience.py).
 
 Every event is private to the page (api_visibility="private": not in the Gradio API, and
 gradio_client refuses it); the one endpoint meant for clients is `/generate` (gr.api).
 """
+
+from collections.abc import Callable
 
 import gradio as gr
 
@@ -71,9 +75,9 @@ def build_ui(driver: EngineDriver, seat: Seat | None = None,
                 build_stops()
         tabs = build_tabs()
         traces = build_traces()
-        _wire_refresh(demo, callbacks, refresh, board, tabs, controls, rewind)
-        _wire_controls(demo, callbacks, controls, tabs, lesson, refresh)
-        _wire_rewind(callbacks, rewind, traces, refresh, top, board, tabs, controls)
+        retick = _wire_refresh(demo, callbacks, refresh, board, tabs, controls, rewind)
+        _wire_controls(demo, callbacks, controls, tabs, lesson, refresh, retick)
+        _wire_rewind(callbacks, rewind, traces, refresh, top, board, tabs, controls, retick)
     _poll_gently(demo)
     return demo
 
@@ -88,7 +92,9 @@ def _poll_gently(demo: gr.Blocks) -> None:
 
 
 def _wire_refresh(demo, cb: BoardCallbacks, refresh: Refresh, board, tabs: Tabs, c: Controls,
-                  rewind: RewindBar):  # fmt: skip
+                  rewind: RewindBar) -> Callable:  # fmt: skip
+    """The timer, the page's load and unload; returns `retick(event)`, which has a tick
+    follow the session's own `event`."""
     r = refresh
     outputs = list(TickOutputs(r.version, r.timer, board, tabs.inspector, r.own_figures,
                                r.stream_pass, rewind.slider, c.seat, c.role))  # fmt: skip
@@ -103,51 +109,60 @@ def _wire_refresh(demo, cb: BoardCallbacks, refresh: Refresh, board, tabs: Tabs,
     r.stream_pass.change(None, r.stream_pass, None, js=stream_pass_js(), **hidden)
     demo.unload(cb.leave)
 
+    def retick(event) -> None:
+        event.then(cb.tick, inputs, outputs, **hidden)
+
+    return retick
+
 
 def _wire_controls(demo, cb: BoardCallbacks, c: Controls, tabs: Tabs, lesson: LessonSection,
-                   r: Refresh):  # fmt: skip
+                   r: Refresh, retick: Callable):  # fmt: skip
     knobs = list(c.knobs)
     gr.api(cb.generate, api_name="generate", concurrency_limit=None)  # for clients
     p = PRIVATE
     c.knobs.scenario.change(cb.pick_scenario, c.knobs.scenario, [*knobs[1:], c.note],
                             show_progress="hidden", **p)  # fmt: skip
-    c.seat_button.click(cb.toggle_seat, [c.role, c.seat], [c.seat, c.role], **p)
-    c.start.click(cb.start, knobs, c.pause, **p)
+    retick(c.seat_button.click(cb.toggle_seat, [c.role, c.seat], [c.seat, c.role], **p))
+    retick(c.start.click(cb.start, knobs, c.pause, **p))
     buttons = [*lesson.answers, lesson.skip]
     answered = [*knobs, c.note, c.pause, lesson.lesson, lesson.panel, *buttons]
     for key, button in c.presets.items():  # a preset asks its question; an answer starts it
-        button.click(cb.open_lesson, gr.State(key), answered, **p)
+        retick(button.click(cb.open_lesson, gr.State(key), answered, **p))
     for i, button in enumerate(buttons):
         index = i if i < len(lesson.answers) else -1  # the last one skips the question
-        button.click(cb.answer_lesson, [gr.State(index), lesson.lesson], answered, **p)
-    c.pause.click(cb.toggle_pause, None, c.pause, **p)
-    c.step.click(cb.single_step, None, c.pause, **p)
+        retick(button.click(cb.answer_lesson, [gr.State(index), lesson.lesson], answered, **p))
+    retick(c.pause.click(cb.toggle_pause, None, c.pause, **p))
+    retick(c.step.click(cb.single_step, None, c.pause, **p))
     k = c.knobs
     engine_knobs = [k.batching, k.queue, k.budget, k.max_seqs, k.kv_blocks]
-    c.reset.click(cb.reset_board, engine_knobs, c.pause, **p)
-    c.pace.change(cb.set_pace, c.pace, None, **p)
+    retick(c.reset.click(cb.reset_board, engine_knobs, c.pause, **p))
+    retick(c.pace.change(cb.set_pace, c.pace, None, **p))
     sampling = list(c.sampling)
-    c.send.click(cb.submit_prompt, sampling, [c.sampling.prompt, c.send_status], **p)
-    c.sampling.prompt.submit(cb.submit_prompt, sampling, [c.sampling.prompt, c.send_status], **p)
-    c.cancel.click(cb.cancel_mine, None, c.send_status, **p)
+    sent = [c.sampling.prompt, c.send_status]
+    retick(c.send.click(cb.submit_prompt, sampling, sent, **p))
+    retick(c.sampling.prompt.submit(cb.submit_prompt, sampling, sent, **p))
+    retick(c.cancel.click(cb.cancel_mine, None, c.send_status, **p))
     tabs.refresh_ids.click(cb.list_requests, None, tabs.inspect_rid, **p)
     tabs.inspector_tab.select(cb.list_requests, None, tabs.inspect_rid, **p)
-    tabs.inspect_rid.change(cb.inspect_request, tabs.inspect_rid, [tabs.inspector, r.own_figures],
-                            **p)  # fmt: skip
+    retick(tabs.inspect_rid.change(cb.inspect_request, tabs.inspect_rid,
+                                   [tabs.inspector, r.own_figures], **p))  # fmt: skip
 
 
 def _wire_rewind(board_cb: BoardCallbacks, rb: RewindBar, tp: TracePanel, r: Refresh, top: Top,
-                 board, tabs: Tabs, c: Controls):  # fmt: skip
+                 board, tabs: Tabs, c: Controls, retick: Callable):  # fmt: skip
     """This session's view of an earlier step, and the run's files. Running a replay resets
     the shared engine: a control action, the seat's (BoardCallbacks.run_replay)."""
     cb = board_cb.replays
     hidden = dict(show_progress="hidden", queue=False, **PRIVATE)
     shown = [rb.at, rb.note, top.stats, board, tabs.log, r.figures]
     rid = tabs.inspect_rid  # the block table shows the request the session inspects
-    rb.slider.input(cb.show_step, [rb.slider, rid], shown, trigger_mode="always_last", **hidden)
-    rb.back.click(cb.step_back, [rb.at, rb.slider, rid], [rb.slider, *shown], **hidden)
-    rb.forward.click(cb.step_forward, [rb.at, rb.slider, rid], [rb.slider, *shown], **hidden)
-    rb.live.click(cb.go_live, None, [rb.at, rb.note, rb.slider, top.stats, board, tabs.log,
-                                     r.figures], **hidden)  # fmt: skip
+    retick(rb.slider.input(cb.show_step, [rb.slider, rid], shown, trigger_mode="always_last",
+                           **hidden))  # fmt: skip
+    retick(rb.back.click(cb.step_back, [rb.at, rb.slider, rid], [rb.slider, *shown], **hidden))
+    retick(rb.forward.click(cb.step_forward, [rb.at, rb.slider, rid], [rb.slider, *shown],
+                            **hidden))  # fmt: skip
+    retick(rb.live.click(cb.go_live, None, [rb.at, rb.note, rb.slider, top.stats, board,
+                                            tabs.log, r.figures], **hidden))  # fmt: skip
     tp.export.click(cb.export, None, tp.files, **PRIVATE)
-    tp.run.click(board_cb.run_replay, [tp.upload, tp.mode], [tp.status, c.pause], **PRIVATE)
+    retick(tp.run.click(board_cb.run_replay, [tp.upload, tp.mode], [tp.status, c.pause],
+                        **PRIVATE))  # fmt: skip

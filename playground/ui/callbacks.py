@@ -79,11 +79,6 @@ class BoardCallbacks:
         self.cache = FigureCache()
         self.replays = RewindCallbacks(driver, self.cache)  # the rewind bar and the run's files
         self.audience = Audience()
-        if self.audience.policy.max_interval_s >= self.seat.policy.gone_s:
-            raise ValueError(
-                f"a watcher ticks every {self.audience.policy.max_interval_s} s at most, which "
-                f"must be under the seat's gone_s ({self.seat.policy.gone_s} s): it would leave"
-            )
 
     # -- who may ask -----------------------------------------------------------------------
     def _visitor(self, request: gr.Request) -> str:

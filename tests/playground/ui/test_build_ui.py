@@ -52,3 +52,19 @@ def test_the_idle_queue_looks_for_events_every_20_ms_not_every_1_ms(driver, monk
     off_thread(asyncio.run, idle_for(0.5))  # a loop of its own, whatever runs on this thread
     assert set(naps) == {QUEUE_POLL_S}
     assert 5 <= len(naps) <= 0.5 / QUEUE_POLL_S + 2
+
+
+def test_a_sessions_own_actions_are_followed_by_its_tick(driver):
+    """A watcher's timer may be minutes apart in a crowd (Audience): every action that can make
+    its session one the timer keeps at the full rate (the seat's holder or queue, its own
+    request, an inspected one, a rewind) has a tick follow it, so the seat never counts a new
+    holder as gone while its page waits for its slow timer."""
+    demo = build_ui(driver)
+    ticks = {f.trigger_after for f in demo.fns.values() if f.name == "tick"}
+    actions = {"toggle_seat", "start", "open_lesson", "answer_lesson", "toggle_pause",
+               "single_step", "reset_board", "set_pace", "submit_prompt", "cancel_mine",
+               "inspect_request", "show_step", "step_back", "step_forward", "go_live",
+               "run_replay"}  # fmt: skip
+    followed = {f.name for i, f in demo.fns.items() if i in ticks}
+    assert followed == actions
+    assert all(i in ticks for i, f in demo.fns.items() if f.name in actions)

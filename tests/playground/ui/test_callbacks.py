@@ -7,7 +7,7 @@ import gradio as gr
 import pytest
 
 from playground.access.audience import MAX_INTERVAL_S, TICKS_PER_S, WATCHER_TICK_S
-from playground.access.seat import Seat, SeatPolicy
+from playground.access.seat import Seat
 from playground.access.seat_pass import SeatPass
 from playground.board import cards
 from playground.ui import TICK_S, build_ui
@@ -63,7 +63,7 @@ def test_the_timer_slows_down_while_many_sessions_watch(driver):
     for i in range(1, 80):
         interval(f"s{i}", TICK_S)
     assert interval("s0", TICK_S) == 80 / TICKS_PER_S
-    for i in range(80, 400):
+    for i in range(80, int(MAX_INTERVAL_S * TICKS_PER_S) + 20):
         interval(f"s{i}", TICK_S)
     assert interval("s0", TICK_S) == MAX_INTERVAL_S
     me = visitor(demo, "mine")
@@ -92,11 +92,6 @@ def test_a_watchers_tick_brings_only_its_own_things_and_the_slider_while_live(dr
     assert tick(-1, None, TICK_S, "", "", None, driver.history.steps()[1], me).slider == gr.skip()
     rewound = tick(-1, None, TICK_S, "", "", window[0], 0, me)
     assert rewound.slider == gr.skip() and rewound.version == gr.skip()
-
-
-def test_a_watcher_must_tick_inside_the_seats_gone_time(driver):
-    with pytest.raises(ValueError, match="gone_s"):
-        BoardCallbacks(driver, Seat("seat", SeatPolicy(gone_s=MAX_INTERVAL_S)))
 
 
 def test_a_preset_shows_its_knobs_and_starts_with_them(driver):
