@@ -5,8 +5,9 @@ so the crowd's write work must not grow with the crowd. Below the budget (viewer
 fit) every viewer gets every frame. Above it the viewers take turns: a frame goes to as many
 of them as the time since the last frame buys, those that waited longest first, so each one
 gets an update every len(viewers) / budget seconds and the writes are spread over the frames
-(no bursts). A viewer that missed frames gets its next one in full (playground/server/
-board_stream.py), since the deltas it missed are gone. The seat's stream is not rationed.
+(no bursts: a frame goes to a second's budget of viewers at most, even after a still board).
+A viewer that missed frames gets its next one in full (playground/server/board_stream.py),
+since the deltas it missed are gone. The seat's stream is not rationed.
 """
 
 from itertools import islice
@@ -36,7 +37,8 @@ class CrowdBudget:
 
     def due(self, now: float) -> list:
         """The viewers a frame published at `now` goes to; they move to the back of the turns.
-        All of them while the time since the last frame buys an update for each."""
+        All of them while the time since the last frame buys an update for each (and they fit
+        in a second's budget: the first frame after a still board is no burst for a crowd)."""
         num_viewers = len(self._turns)
         if self._last is None:
             credit = float(num_viewers)
@@ -44,7 +46,8 @@ class CrowdBudget:
             self.gap_s = max(0.0, now - self._last)
             credit = self._credit + self.gap_s * self.updates_per_s
         self._last = now
-        credit = min(credit, float(num_viewers))  # a still board saves up no burst
+        # a still board saves up no burst: a frame goes to a second's budget of viewers at most
+        credit = min(credit, float(num_viewers), self.updates_per_s)
         num_due = int(credit + 1e-9)  # not one short of an exact fit by a rounding error
         self._credit = credit - num_due
         picked = list(islice(self._turns, num_due))

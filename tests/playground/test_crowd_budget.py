@@ -121,13 +121,20 @@ def test_the_seat_stream_gets_every_frame_and_a_stale_token_does_not():
 
 
 def test_a_still_board_saves_up_no_burst():
+    """After a still minute the next frame goes to everyone who fits a second's budget: all of a
+    crowd the budget fits, the longest waiting of a larger one (their turns go on after)."""
+
     async def scenario():
-        crowd = Crowd(90)
-        crowd.play(1)
-        crowd.play(1, gap_s=60.0)  # a minute without frames buys one frame for everyone
-        crowd.play(1)
-        written = sum(len(crowd.written(v)) for v in crowd.viewers)
-        assert written <= 90 + 90 + BUDGET * FRAME_S + 1
+        for num_viewers, first in ((90, 90), (300, int(BUDGET))):
+            crowd = Crowd(num_viewers)
+            crowd.play(1)
+            for viewer in crowd.viewers:
+                crowd.written(viewer)
+            crowd.play(1, gap_s=60.0)
+            got = [v for v in crowd.viewers if crowd.written(v)]
+            assert len(got) == first
+            crowd.play(1)
+            assert sum(len(crowd.written(v)) for v in crowd.viewers) <= BUDGET * FRAME_S + 1
 
     run(scenario)
 
