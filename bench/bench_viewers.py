@@ -5,7 +5,7 @@
 
 Starts the real app (`python app.py`, the default model, the control seat on: --controls
 seat) of this checkout on a free 127.0.0.1 port and runs one fixed workload (16 greedy requests of
-32 tokens, ignore_eos, over /v1/completions) headless and watched by N simulated viewers and
+128 tokens, ignore_eos, over /v1/completions) headless and watched by N simulated viewers and
 the seat's holder (bench/viewers.py: asyncio in this process, one connection each, so their
 CPU is this process's and is reported apart), alternating headless and watched rounds. Per N:
 the engine's tokens/s watched against headless; updates per second per viewer (median, and
@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # 16 API requests from one host; the seat's holder keeps it through every round
 SERVER_ARGS = ["--max-num-seqs", "16", "--limit-in-flight", "32", "--controls", "seat",
                "--seat-idle", "3600"]  # fmt: skip
-NUM_REQUESTS, MAX_TOKENS = 16, 32
+NUM_REQUESTS, MAX_TOKENS = 16, 128  # a round of several seconds: a run a class watches
 WARM_S = 1.0  # after every viewer has joined, this long before the watched round starts
 JOIN_TIMEOUT_S = 120.0  # for the whole crowd to join, and JOIN_S_PER_VIEWER more per viewer
 JOIN_S_PER_VIEWER = 0.2
@@ -175,14 +175,17 @@ async def measure(url: str, pid: int, mode: str, n: int, args, fns: GradioFns) -
         c0, p0 = cpu_s(pid), time.process_time()
         watched, t0, t1 = await workload(api, model, f"watched {n}.{r}")
         cpu_watched, own = cpu_s(pid) - c0, time.process_time() - p0
-        await crowd.stop()
+        failed = await crowd.stop()
+        if failed:
+            print(f"{len(failed)} viewer tasks or leaves failed, the first: {failed[0]!r}",
+                  flush=True)  # fmt: skip
         numbers = crowd_numbers(crowd, t0, t1)
         extra = cpu_watched - cpu_headless
         rows.append({"headless": headless, "watched": watched, **numbers,
                      **seat_numbers(crowd.seat, t0, t1),
                      "server_cpu_ms_per_update": 1000 * extra / max(1, numbers["num_updates"]),
                      "viewer_cpu_cores": own / (t1 - t0), "join_s": join_s,
-                     "not_joined": not_joined})  # fmt: skip
+                     "not_joined": not_joined, "failed": len(failed)})  # fmt: skip
         await asyncio.sleep(0.5)
     await api.aclose()
     return summarize(mode, n, rows)

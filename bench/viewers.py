@@ -1,9 +1,10 @@
 """Simulated viewers of the board for bench/bench_viewers.py: asyncio, one connection each.
 
-- `stream`: what a page of the board does now: GET /board/stream (server-sent events, read
-  raw: each `board` event is an update; its "published" says when the engine's driver
-  published the BoardState it shows, its "at" when the frame was built), and the session's own
-  gr.Timer tick, as often as the server's answer says (nothing follows a tick).
+- `stream`: what a page of the board does now: GET /board/stream (server-sent events in gzip,
+  as a browser asks for them; read raw, de-chunked and inflated: each `board` event is an
+  update; its "published" says when the engine's driver published the BoardState it shows, its
+  "at" when the frame was built), and the session's own gr.Timer tick, as often as the
+  server's answer says (nothing follows a tick).
 - `poll`: what a page did before the stream (main before it, e47f202): the timer's tick (a
   Gradio POST) as often as the answer says, and, when it says the charts are due, what the
   page's chart_version change runs (the chart redraw, the compare redraw, the lesson). A tick
@@ -19,6 +20,7 @@ connections, its ticks' round trips timed.
 import asyncio
 import re
 import time
+import zlib
 from dataclasses import dataclass, field
 
 import httpx
@@ -28,6 +30,33 @@ BOARD_EVENT = re.compile(
     rb'(?:,"published":([\d.]+))?'
 )  # (frame, board version, time.time() it was built, and its BoardState was published)
 TICK_S = 0.25  # the page's timer before its first answer
+
+
+class Dechunked:
+    """An HTTP/1.1 chunked body, fed as it arrives; feed() returns the body bytes in it."""
+
+    def __init__(self):
+        self.buf, self.left = b"", 0  # bytes of the current chunk still to come; -1: its CRLF
+
+    def feed(self, data: bytes) -> bytes:
+        self.buf += data
+        out = []
+        while True:
+            if self.left > 0:
+                out.append(self.buf[: self.left])
+                self.buf, self.left = self.buf[self.left :], self.left - len(out[-1])
+                if self.left:
+                    break
+                self.left = -1
+            if self.left == -1:
+                if len(self.buf) < 2:
+                    break
+                self.buf, self.left = self.buf[2:], 0
+            size, crlf, rest = self.buf.partition(b"\r\n")
+            if not crlf or not (left := int(size.split(b";")[0], 16)):
+                break  # a size line not whole yet, or the last chunk
+            self.buf, self.left = rest, left
+        return b"".join(out)
 
 
 @dataclass(eq=False)
@@ -110,17 +139,28 @@ class Crowd:
                 return waiting
             await asyncio.sleep(0.05)
 
-    async def stop(self) -> None:
-        """Every task ends, and every session leaves (its page's unload event)."""
+    async def stop(self) -> list[BaseException]:
+        """Every task ends, and every session leaves (its page's unload event). Returns what
+        failed on the way: a viewer's stream or tick that raised, a leave refused."""
         self.stop_event.set()
         for task in self.tasks:
             task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
-        leave = self.fns.leave
-        await asyncio.gather(*(self._post(s, leave, [None] * leave[2], http)
-                               for s, http in self.sessions), return_exceptions=True)  # fmt: skip
+        ended = await asyncio.gather(*self.tasks, return_exceptions=True)
+        left = await asyncio.gather(*(self._leave(s, http) for s, http in self.sessions),
+                                    return_exceptions=True)  # fmt: skip
         await self.http.aclose()
         await self.seat_http.aclose()
+        return [
+            e
+            for e in [*ended, *left]
+            if isinstance(e, BaseException) and not isinstance(e, asyncio.CancelledError)
+        ]
+
+    async def _leave(self, session: str, http) -> None:
+        """The page's unload event: a session that stayed, the seat's above all, would still
+        hold the seat in the next round."""
+        leave = self.fns.leave
+        await self._post(session, leave, [None] * leave[2], http, again=True)
 
     async def _join(self, viewer: Viewer, session: str, http, seat: bool = False) -> None:
         """A page opens: its load event (the first tick); the seat's then takes the seat."""
@@ -149,12 +189,20 @@ class Crowd:
             reader, writer = await asyncio.open_connection(self.host, self.port)
             query = f"?seat={st['pass']}" if st.get("pass") else ""
             writer.write(f"GET /board/stream{query} HTTP/1.1\r\nHost: bench\r\n".encode()
-                         + b"Accept: text/event-stream\r\nConnection: close\r\n\r\n")  # fmt: skip
-            tail = b""
+                         + b"Accept: text/event-stream\r\nAccept-Encoding: gzip\r\n"
+                         + b"Connection: close\r\n\r\n")  # fmt: skip
+            tail, body, inflate = b"", Dechunked(), None
             try:
                 while chunk := await reader.read(1 << 18):
                     now = time.time()
                     viewer.num_bytes += len(chunk)
+                    if inflate is None:  # the response's head: a gzip body (as a browser's)?
+                        head, _, chunk = chunk.partition(b"\r\n\r\n")
+                        gzip = b"content-encoding: gzip" in head.lower()
+                        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if gzip else False
+                    chunk = body.feed(chunk)
+                    if inflate:
+                        chunk = inflate.decompress(chunk)
                     buf = tail + chunk
                     for m in BOARD_EVENT.finditer(buf):
                         if int(m[1]) > last:  # a frame not counted yet (the tail repeats)
@@ -169,10 +217,19 @@ class Crowd:
                 writer.close()
             viewer.num_reconnects += 1
 
-    async def _post(self, session: str, fn: tuple[int, int, int], data: list, http) -> list:
+    async def _post(self, session: str, fn: tuple[int, int, int], data: list, http,
+                    again: bool = False) -> list:  # fmt: skip
+        """One event; `again`: sent once more if its pooled connection was closed under it
+        (the server's keep-alive timeout, a tick cancelled mid-request), for the events that
+        may run twice (a tick, a leave; not the seat button's toggle)."""
         body = {"data": data, "fn_index": fn[0], "session_hash": session, "event_data": None,
                 "trigger_id": fn[1]}  # fmt: skip
-        r = await http.post("/gradio_api/run/predict", json=body)
+        try:
+            r = await http.post("/gradio_api/run/predict", json=body)
+        except httpx.TransportError:
+            if not again:
+                raise
+            r = await http.post("/gradio_api/run/predict", json=body)
         r.raise_for_status()
         return r.json()["data"]
 
@@ -192,7 +249,7 @@ class Crowd:
             else [st["seen"], None, st["every"], st["role"], st["banner"], None, st["slider"]]
         )  # fmt: skip
         t0 = time.monotonic()
-        answer = await self._post(session, st["fn"], inputs, st["http"])
+        answer = await self._post(session, st["fn"], inputs, st["http"], again=True)
         viewer.round_trips.append((time.time(), time.monotonic() - t0))
         st["fn"], viewer.ticked = self.fns.tick, True
         self._show_seat(st, *answer[-2:])

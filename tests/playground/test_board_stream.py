@@ -1,7 +1,9 @@
 """The board's fan-out: bounded queues, a stalled reader dropped, a reconnect at the latest
-frame, and nothing left behind by viewers that go (playground/server/board_stream.py)."""
+frame, nothing left behind by viewers that go, and gzip for whoever accepts it, each frame
+compressed once (playground/server/board_stream.py)."""
 
 import asyncio
+import zlib
 from itertools import count
 
 import pytest
@@ -9,17 +11,20 @@ import pytest
 import app
 from engine.cpu.openmp import off_thread
 from playground.board.frames import Frame
+from playground.server import board_stream
 from playground.server.board_stream import (
     FRAME_INTERVAL_S,
     HEARTBEAT,
     MAX_TOKEN_CHARS,
     PUBLIC_STREAMS_PER_HOST,
+    RETRY,
     STREAM_PATH,
     BoardFeed,
     BoardStreamRoute,
     FanOut,
     seat_token,
 )
+from playground.server.stream_gzip import deflated
 
 
 def frame(version: int) -> Frame:
@@ -42,7 +47,7 @@ class Client:
     trigger, and a socket that can stall (its send never returns)."""
 
     def __init__(self, stalled: bool = False, host: str = "10.0.0.1"):
-        self.host, self.status = host, None
+        self.host, self.status, self.encoding = host, None, ""
         self.sent: list[bytes] = []
         self.started = asyncio.Event()
         self.gone = asyncio.Event()
@@ -56,6 +61,7 @@ class Client:
     async def send(self, message):
         if message["type"] == "http.response.start":
             self.status = message["status"]
+            self.encoding = dict(message["headers"]).get(b"content-encoding", b"").decode()
             self.started.set()
             return
         if self.stalled and self.sent:
@@ -64,12 +70,18 @@ class Client:
         self.completed = not message["more_body"]
 
 
+def inflate(body: bytes) -> bytes:
+    """What a browser reads of a gzip body, as it arrives (no trailer needed)."""
+    return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(body)
+
+
 def route(fanout: FanOut) -> BoardStreamRoute:
     return BoardStreamRoute(BoardFeed(lambda: None, lambda: None, fanout, interval_s=0.01))
 
 
-async def serve(stream: BoardStreamRoute, client: Client) -> asyncio.Task:
-    scope = {"type": "http", "client": (client.host, 50000)}
+async def serve(stream: BoardStreamRoute, client: Client, gzip: bool = False) -> asyncio.Task:
+    headers = [(b"accept-encoding", b"gzip, deflate, br, zstd")] if gzip else []
+    scope = {"type": "http", "client": (client.host, 50000), "headers": headers}
     task = asyncio.create_task(stream(scope, client.receive, client.send))
     await client.started.wait()
     return task
@@ -248,3 +260,39 @@ def test_a_stream_names_its_seat_token_in_its_query():
     assert seat_token({"query_string": b"seat=abc"}) == "abc"
     assert seat_token({"query_string": b""}) == seat_token({}) == ""
     assert len(seat_token({"query_string": b"seat=" + b"x" * 1000})) == MAX_TOKEN_CHARS
+
+
+def test_the_route_sends_gzip_to_whoever_accepts_it_compressing_each_frame_once(monkeypatch):
+    compressed = []
+
+    def counted(data: bytes) -> bytes:
+        compressed.append(data)
+        return deflated(data)
+
+    monkeypatch.setattr(board_stream, "deflated", counted)
+
+    async def scenario():
+        fanout = fan_out()
+        fanout.publish(frame(0))
+        stream = route(fanout)
+        browsers = [Client() for _ in range(20)]
+        plain = Client()
+        tasks = [await serve(stream, c, gzip=True) for c in browsers]
+        tasks.append(await serve(stream, plain, gzip=False))
+        for v in (1, 2):
+            fanout.publish(frame(v))
+        fanout.heartbeat()
+        await settle()
+        want = RETRY + b"full 0\n" + b"delta 1\n" + b"delta 2\n" + HEARTBEAT
+        for c in browsers:
+            assert c.encoding == "gzip" and inflate(b"".join(c.sent)) == want
+        assert plain.encoding == "" and b"".join(plain.sent) == want
+        # frame 0 in full, then each delta: once for all 20 browsers (the retry line and the
+        # heartbeat are compressed once, at import)
+        assert compressed.count(b"full 0\n") == 1 and compressed.count(b"delta 1\n") == 1
+        assert len([d for d in compressed if d != RETRY]) == 3
+        for c in [*browsers, plain]:
+            c.gone.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 2)
+
+    run(scenario())
