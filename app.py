@@ -13,6 +13,7 @@ The flags (playground/cli/, docs/cli.md) are read before anything heavy is impor
 mounted at "/" and `GET /health`, so other routes can join the same server.
 """
 
+import gc
 import os
 import sys
 import time
@@ -115,6 +116,11 @@ def serve(args) -> None:
     # After the driver thread has started (it keeps nice 0): the event loop and the threads it
     # starts from now on (Gradio's callbacks) may step aside for the engine (engine/cpu/openmp.py).
     lower_priority(args.serving_nice)
+    # What startup made (torch, transformers, gradio, the model, the page) lives to the end:
+    # out of the collector's full passes, which would scan it every time and hold the GIL
+    # from the driver thread that long (vLLM freezes its startup heap the same way)
+    gc.collect()
+    gc.freeze()
     server = ReadyServer(uv_config, _banner(host, port, serving, seat), T_START)
     try:
         server.run()  # shuts down gracefully on Ctrl-C / SIGTERM
