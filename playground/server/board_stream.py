@@ -9,8 +9,8 @@ socket write: nothing is computed per viewer, and nothing a viewer does changes 
 
 - A viewer that (re)connects gets the latest frame in full first (every chart), then deltas.
 - A viewer whose request accepts gzip (every browser's) gets the stream in gzip, each frame
-  compressed once for all of them (playground/server/stream_gzip.py): a fifth of the bytes
-  to write, send and read.
+  compressed once for all of them (playground/server/stream_gzip.py): about a sixth of the
+  bytes to write, send and read.
 - A viewer whose queue is full (a slow or stalled reader) is dropped: its queue is emptied and
   its connection closed; its browser reconnects (EventSource) and resumes at the latest frame.
 - A stream lasts as long as its viewer stays (no periodic reconnect: each one would cost the
