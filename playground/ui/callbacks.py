@@ -70,6 +70,20 @@ def warn(message: str) -> str:
     return message
 
 
+def forget_gradio_session(request: gr.Request) -> None:
+    """Drops a closed page's session from Gradio's state holder. Gradio keeps a session's state
+    (its own copy of every component an event updated: some 600 Python objects) until 10000
+    newer sessions push it out, closed or not, so a Space a few classes visited would hold
+    millions of objects, and every full pass of the garbage collector scans them all while it
+    holds the GIL from the driver thread. (A request from no Gradio app: nothing to drop.)"""
+    holder = getattr(getattr(request.request, "app", None), "state_holder", None)
+    if holder is None:
+        return
+    with holder.lock:
+        holder.session_data.pop(request.session_hash, None)
+        holder.time_last_used.pop(request.session_hash, None)
+
+
 class BoardCallbacks:
     def __init__(self, driver: EngineDriver, seat: Seat | None = None,
                  seat_pass: SeatPass | None = None):  # fmt: skip
@@ -335,10 +349,11 @@ class BoardCallbacks:
         return handle.result(timeout=600).text
 
     def leave(self, request: gr.Request):
-        """The page closed: its requests are cancelled, its seat passes on."""
+        """The page closed: its requests are cancelled, its seat passes on, Gradio forgets it."""
         self.seat.leave(request.session_hash, time.monotonic())
         self.seat_pass.revoke(request.session_hash)
         self.driver.abort_owner(cards.visitor_owner(request.session_hash))
+        forget_gradio_session(request)
 
     # -- the inspector ---------------------------------------------------------------------------
     def list_requests(self, request: gr.Request):

@@ -177,3 +177,20 @@ def test_only_the_seat_holders_tick_carries_a_stream_pass_and_it_lapses_when_it_
     toggle("driver:running", "", holder)  # gives the seat up
     assert tick(-1, None, TICK_S, "", "", None, 0, holder).stream_pass == ""
     assert seat_pass.tokens() == ()
+
+
+def test_a_page_that_closes_leaves_no_state_in_gradio(driver):
+    """Gradio would keep a closed session's state (a copy of each component it updated) until
+    10000 newer sessions pushed it out; the board's unload drops it, and only its own."""
+    from gradio.routes import App
+    from starlette.requests import Request
+
+    demo = build_ui(driver)
+    app = App.create_app(demo)
+    for session in ("gone", "stays"):
+        app.state_holder[session]  # made by the session's first event, as Gradio does
+    page = Request({"type": "http", "app": app, "headers": [], "query_string": b""})
+    _callback(demo, "leave")(gr.Request(request=page, session_hash="gone"))
+    assert "gone" not in app.state_holder and "stays" in app.state_holder
+    _callback(demo, "leave")(gr.Request(session_hash="stays"))  # no app behind it: nothing
+    assert "stays" in app.state_holder
