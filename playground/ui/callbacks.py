@@ -72,7 +72,7 @@ def warn(message: str) -> str:
 
 def forget_gradio_session(request: gr.Request) -> None:
     """Drops a closed page's session from Gradio's state holder. Gradio keeps a session's state
-    (its own copy of every component an event updated: some 600 Python objects) until 10000
+    (its own copy of every component an event updated: some 800 Python objects) until 10000
     newer sessions push it out, closed or not, so a Space a few classes visited would hold
     millions of objects, and every full pass of the garbage collector scans them all while it
     holds the GIL from the driver thread. (A request from no Gradio app: nothing to drop.)"""
