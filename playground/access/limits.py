@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, replace
 
 from engine import SamplingParams
+from engine.validation import check_int
 from playground.handles import RequestRejected
 
 PUBLIC_MAX_IN_FLIGHT = 4  # unfinished requests per visitor on a public server
@@ -19,6 +20,12 @@ QUEUE_OVERFLOW_MESSAGE = (
     "The engine is currently busy and cannot accept new requests. Please try again later or "
     "on a different instance."
 )
+
+
+COUNTS = (  # PublicLimits' integer fields: (name, lowest value, None allowed: no limit)
+    ("max_prompt_tokens", 1, False), ("max_tokens", 1, False), ("max_n", 1, False),
+    ("max_in_flight", 1, True), ("max_num_queued_reqs", 0, True),  # vLLM's 0 admits nothing
+)  # fmt: skip
 
 
 class LimitExceeded(RequestRejected):
@@ -44,14 +51,10 @@ class PublicLimits:
     max_num_queued_reqs: int | None = None
 
     def __post_init__(self):
-        for name in ("max_prompt_tokens", "max_tokens", "max_n", "max_in_flight",
-                     "max_num_queued_reqs"):  # fmt: skip
+        for name, low, optional in COUNTS:
             value = getattr(self, name)
-            if name in ("max_in_flight", "max_num_queued_reqs") and value is None:
-                continue
-            low = 0 if name == "max_num_queued_reqs" else 1  # vLLM's: 0 admits nothing
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+            if not (optional and value is None):
+                check_int(name, value, low)
         t = self.default_timeout_s
         if t is not None and (
             isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t <= 0

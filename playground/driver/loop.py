@@ -92,9 +92,10 @@ class DriverLoop:
     def _admit(self, params, max_num_queued_reqs: int | None) -> None:
         """vLLM's check_admission (vllm/v1/engine/async_llm.py): refused when the unfinished
         sequences and the request's own would pass `max_num_queued_reqs`; counted."""
+        if max_num_queued_reqs is None:
+            return
         num_seqs = params.num_seqs if params is not None else 1
-        busy = self.lanes.first.num_live_seqs
-        if max_num_queued_reqs is not None and busy + num_seqs > max_num_queued_reqs:
+        if self.lanes.first.num_live_seqs + num_seqs > max_num_queued_reqs:
             self.num_admission_rejections += 1
             raise queue_overflow_error()
 
