@@ -1,7 +1,7 @@
 """Simulated viewers of the board for bench/bench_viewers.py: asyncio, one connection each.
 
 - `stream`: what a page of the board does now: GET /board/stream (server-sent events in gzip,
-  as a browser asks for them; read raw, de-chunked and inflated: each `board` event is an
+  as a browser asks for them; parsed by h11 and inflated: each `board` event is an
   update; its "published" says when the engine's driver published the BoardState it shows, its
   "at" when the frame was built), and the session's own gr.Timer tick, as often as the
   server's answer says (nothing follows a tick).
@@ -23,6 +23,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 
+import h11
 import httpx
 
 BOARD_EVENT = re.compile(
@@ -30,33 +31,8 @@ BOARD_EVENT = re.compile(
     rb'(?:,"published":([\d.]+))?'
 )  # (frame, board version, time.time() it was built, and its BoardState was published)
 TICK_S = 0.25  # the page's timer before its first answer
-
-
-class Dechunked:
-    """An HTTP/1.1 chunked body, fed as it arrives; feed() returns the body bytes in it."""
-
-    def __init__(self):
-        self.buf, self.left = b"", 0  # bytes of the current chunk still to come; -1: its CRLF
-
-    def feed(self, data: bytes) -> bytes:
-        self.buf += data
-        out = []
-        while True:
-            if self.left > 0:
-                out.append(self.buf[: self.left])
-                self.buf, self.left = self.buf[self.left :], self.left - len(out[-1])
-                if self.left:
-                    break
-                self.left = -1
-            if self.left == -1:
-                if len(self.buf) < 2:
-                    break
-                self.buf, self.left = self.buf[2:], 0
-            size, crlf, rest = self.buf.partition(b"\r\n")
-            if not crlf or not (left := int(size.split(b";")[0], 16)):
-                break  # a size line not whole yet, or the last chunk
-            self.buf, self.left = rest, left
-        return b"".join(out)
+STREAM_HEADERS = [("Host", "bench"), ("Accept", "text/event-stream"), ("Accept-Encoding", "gzip"),
+                  ("Connection", "close")]  # fmt: skip
 
 
 @dataclass(eq=False)
@@ -182,28 +158,30 @@ class Crowd:
         self.tasks.append(asyncio.create_task(self._ticks(viewer, session, st)))
 
     async def _stream(self, viewer: Viewer, st: dict) -> None:
-        """Reads the stream; reconnects when the server ends it (its lifetime, a drop), with
-        the seat's pass its last tick brought (the seat's holder: every frame)."""
+        """Reads the stream (HTTP parsed by h11); reconnects when the server ends it (a drop),
+        with the seat's pass its last tick brought (the seat's holder: every frame)."""
         last = -1  # the last frame counted (a reconnect starts with the latest one again)
         while not self.stop_event.is_set():
             reader, writer = await asyncio.open_connection(self.host, self.port)
             query = f"?seat={st['pass']}" if st.get("pass") else ""
-            writer.write(f"GET /board/stream{query} HTTP/1.1\r\nHost: bench\r\n".encode()
-                         + b"Accept: text/event-stream\r\nAccept-Encoding: gzip\r\n"
-                         + b"Connection: close\r\n\r\n")  # fmt: skip
-            tail, body, inflate = b"", Dechunked(), None
+            http = h11.Connection(h11.CLIENT)
+            writer.write(http.send(h11.Request(method="GET", target=f"/board/stream{query}",
+                                               headers=STREAM_HEADERS))
+                         + http.send(h11.EndOfMessage()))  # fmt: skip
+            tail, inflate = b"", None
             try:
                 while chunk := await reader.read(1 << 18):
                     now = time.time()
                     viewer.num_bytes += len(chunk)
-                    if inflate is None:  # the response's head: a gzip body (as a browser's)?
-                        head, _, chunk = chunk.partition(b"\r\n\r\n")
-                        gzip = b"content-encoding: gzip" in head.lower()
-                        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if gzip else False
-                    chunk = body.feed(chunk)
-                    if inflate:
-                        chunk = inflate.decompress(chunk)
-                    buf = tail + chunk
+                    http.receive_data(chunk)
+                    body = []
+                    while (event := http.next_event()) not in (h11.NEED_DATA, h11.PAUSED):
+                        if isinstance(event, h11.Response):  # a gzip body, as a browser's?
+                            gzip = (b"content-encoding", b"gzip") in event.headers
+                            inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if gzip else None
+                        elif isinstance(event, h11.Data):
+                            body.append(inflate.decompress(event.data) if inflate else event.data)
+                    buf = tail + b"".join(body)
                     for m in BOARD_EVENT.finditer(buf):
                         if int(m[1]) > last:  # a frame not counted yet (the tail repeats)
                             last = int(m[1])
